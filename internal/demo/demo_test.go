@@ -18,7 +18,11 @@ import (
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/client"
 )
+
+// The real client is the Doer that `arbor demo coding-agent` passes.
+var _ Doer = (*client.Client)(nil)
 
 // fakeDaemon is a test double of arbord's tree verbs on the dir backend: a
 // node's files are a real directory, a fork copies it (mode and mtimes kept,
