@@ -1,0 +1,352 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"syscall"
+
+	"github.com/arbor-dev/arbor/api"
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
+)
+
+// op is one step of a commit into main, as journaled. Each is idempotent,
+// so a replay after a crash applies the rest and redoes nothing wrong.
+type op struct {
+	Kind   string `json:"k"` // replace, dir, delete
+	Path   string `json:"p"`
+	Src    string `json:"s,omitempty"`
+	Opaque bool   `json:"o,omitempty"`
+}
+
+// journal is a commit into main in flight.
+type journal struct {
+	Child string `json:"child"`
+	Ops   []op   `json:"ops"`
+}
+
+var keyJournal = []byte("commit")
+
+// CommitResult says what a commit did.
+type CommitResult struct {
+	Parent string
+	Stale  []string // branches that became stale
+}
+
+// Commit applies child's changes to its parent. It fails with ESTALE
+// (wrapping api.ErrStale) if the parent changed since child's fork; the child
+// is then kept for the caller to abort. durable makes a commit into main
+// fsync its journal and the changed files before it returns.
+func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
+	if child == Main {
+		return CommitResult{}, api.Errorf(api.ErrBadRequest, "commit: main has no parent")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.branch(child)
+	if err != nil {
+		return CommitResult{}, fmt.Errorf("commit: %w", err)
+	}
+	if c.stale {
+		return CommitResult{}, api.Errorf(api.ErrStale, "commit %s: the branch is stale (a sibling committed first); abort it", child)
+	}
+	p, err := s.branch(c.Parent)
+	if err != nil {
+		return CommitResult{}, fmt.Errorf("commit %s: parent: %w", child, err)
+	}
+	if p.stale {
+		return CommitResult{}, api.Errorf(api.ErrStale, "commit %s: its parent %s is stale", child, p.Name)
+	}
+	if s.changedSince(p, c) {
+		return CommitResult{}, api.Errorf(api.ErrStale, "commit %s: %s changed since %s was forked (first commit wins); abort it", child, p.Name, child)
+	}
+	res := CommitResult{Parent: p.Name}
+	var stale []*Branch
+	for _, d := range s.descendants(p) {
+		if d != c && !d.stale {
+			stale = append(stale, d)
+			res.Stale = append(res.Stale, d.Name)
+		}
+	}
+	sort.Strings(res.Stale)
+	if p.Name != Main {
+		// The parent adopts the child's chain: O(1), nothing moves on disk.
+		oldChain, oldGen := p.chain, p.gen
+		p.chain, p.gen = c.chain, p.gen+1
+		for _, d := range stale {
+			d.stale = true
+		}
+		if err := s.save(append(stale, p), []string{c.Name}, nil); err != nil {
+			p.chain, p.gen = oldChain, oldGen
+			for _, d := range stale {
+				d.stale = false
+			}
+			return CommitResult{}, fmt.Errorf("commit %s: %w", child, err)
+		}
+		delete(s.branches, c.Name)
+		s.reclaimLocked()
+		return res, nil
+	}
+	ops, err := s.plan(c)
+	if err != nil {
+		return CommitResult{}, fmt.Errorf("commit %s: plan: %w", child, err)
+	}
+	j, err := json.Marshal(journal{Child: c.Name, Ops: ops})
+	if err != nil {
+		return CommitResult{}, err
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketJournal).Put(keyJournal, j) }); err != nil {
+		return CommitResult{}, fmt.Errorf("commit %s: journal: %w", child, err)
+	}
+	if durable {
+		if err := s.db.Sync(); err != nil {
+			return CommitResult{}, fmt.Errorf("commit %s: journal sync: %w", child, err)
+		}
+	}
+	crashPoint("journaled")
+	// From here on the commit is decided: an error in applying is finished
+	// by the replay at the next Open.
+	if err := s.apply(ops, durable); err != nil {
+		return CommitResult{}, fmt.Errorf("commit %s: apply (finished at next open): %w", child, err)
+	}
+	crashPoint("applied")
+	if err := s.finishMain(c.Name, durable); err != nil {
+		return CommitResult{}, fmt.Errorf("commit %s: %w", child, err)
+	}
+	return res, nil
+}
+
+// finishMain records a commit into main as done: the child is gone, every
+// other branch is stale, the journal is cleared.
+func (s *Store) finishMain(child string, durable bool) error {
+	m := s.branches[Main]
+	m.gen++
+	var stale []*Branch
+	for _, b := range s.branches {
+		if b.Name != Main && b.Name != child && !b.stale {
+			b.stale = true
+			stale = append(stale, b)
+		}
+	}
+	err := s.save(stale, []string{child}, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketJournal).Delete(keyJournal)
+	})
+	if err != nil {
+		return err
+	}
+	if durable {
+		if err := s.db.Sync(); err != nil {
+			return err
+		}
+	}
+	delete(s.branches, child)
+	s.reclaimLocked()
+	return nil
+}
+
+// plan lists the steps that make the base show child's view, in path order
+// (parents first).
+func (s *Store) plan(c *Branch) ([]op, error) {
+	paths := map[string]bool{}
+	for _, l := range c.chain {
+		if l == c.snap {
+			continue
+		}
+		for p := range l.paths {
+			paths[p] = true
+		}
+	}
+	sorted := make([]string, 0, len(paths))
+	for p := range paths {
+		sorted = append(sorted, p)
+	}
+	sort.Strings(sorted)
+	var ops []op
+	done := map[string]bool{} // paths replaced or deleted whole: skip what is under them
+	under := func(p string) bool {
+		for d := p; d != ""; {
+			d, _ = splitRel(d)
+			if done[d] && d != "" {
+				return true
+			}
+			if d == "" {
+				return false
+			}
+		}
+		return false
+	}
+	for _, p := range sorted {
+		if under(p) {
+			continue
+		}
+		res, err := s.resolve(c, p, len(c.chain))
+		switch {
+		case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR):
+			if p == "" {
+				continue
+			}
+			if _, err := os.Lstat(s.base + "/" + p); err == nil {
+				ops = append(ops, op{Kind: "delete", Path: p})
+			}
+			done[p] = true
+		case err != nil:
+			return nil, err
+		case res.Depth <= 1:
+			// Comes from the base or the snapshot: unchanged.
+		case res.Kind == kDir:
+			ops = append(ops, op{Kind: "dir", Path: p, Src: res.Real, Opaque: res.cut == res.Depth})
+			if res.cut == res.Depth {
+				// Opaque: delete what the base has there and the child does not.
+				ents, err := s.readDir(c, p, len(c.chain))
+				if err != nil {
+					return nil, err
+				}
+				keep := map[string]bool{}
+				for _, e := range ents {
+					keep[e.Name] = true
+				}
+				bents, _ := readDirents(s.base + "/" + p)
+				for _, e := range bents {
+					if !keep[e.name] {
+						ops = append(ops, op{Kind: "delete", Path: joinRel(p, e.name)})
+					}
+				}
+			}
+		default:
+			ops = append(ops, op{Kind: "replace", Path: p, Src: res.Real})
+			done[p] = true
+		}
+	}
+	return ops, nil
+}
+
+// apply runs the steps against the base directory.
+func (s *Store) apply(ops []op, durable bool) error {
+	dirs := map[string]bool{}
+	for _, o := range ops {
+		dst := s.base
+		if o.Path != "" {
+			dst += "/" + o.Path
+		}
+		switch o.Kind {
+		case "delete":
+			if err := removeAll(dst); err != nil {
+				return err
+			}
+		case "dir":
+			var st unix.Stat_t
+			if err := unix.Lstat(o.Src, &st); err != nil {
+				if os.IsNotExist(err) {
+					continue // applied already
+				}
+				return err
+			}
+			var dt unix.Stat_t
+			if err := unix.Lstat(dst, &dt); err == nil && dt.Mode&unix.S_IFMT != unix.S_IFDIR {
+				if err := os.Remove(dst); err != nil {
+					return err
+				}
+			}
+			if err := copyMetaDir(o.Src, dst, &st); err != nil {
+				return err
+			}
+		case "replace":
+			var st unix.Stat_t
+			if err := unix.Lstat(o.Src, &st); err != nil {
+				if os.IsNotExist(err) {
+					continue // moved already
+				}
+				return err
+			}
+			var dt unix.Stat_t
+			if err := unix.Lstat(dst, &dt); err == nil && dt.Mode&unix.S_IFMT == unix.S_IFDIR {
+				if err := removeAll(dst); err != nil {
+					return err
+				}
+			}
+			unix.Lremovexattr(o.Src, inoXattr)
+			if err := os.Rename(o.Src, dst); err != nil {
+				if !errors.Is(err, syscall.EXDEV) {
+					return err
+				}
+				tmp := dst + ".arbor-commit"
+				os.Remove(tmp)
+				if err := copyNode(o.Src, tmp, &st); err != nil {
+					return err
+				}
+				if err := os.Rename(tmp, dst); err != nil {
+					return err
+				}
+			}
+			if durable && st.Mode&unix.S_IFMT == unix.S_IFREG {
+				if err := fsyncPath(dst); err != nil {
+					return err
+				}
+			}
+		}
+		d, _ := splitRel(o.Path)
+		dirs[d] = true
+	}
+	if durable {
+		for d := range dirs {
+			if err := fsyncPath(joinRel(s.base, d)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func copyMetaDir(src, dst string, st *unix.Stat_t) error {
+	if err := unix.Mkdir(dst, 0o700); err != nil && err != unix.EEXIST {
+		return err
+	}
+	return copyMeta(src, dst, st)
+}
+
+func fsyncPath(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// replayJournal finishes a commit into main that a crash cut short.
+func (s *Store) replayJournal() error {
+	var j journal
+	var found bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketJournal).Get(keyJournal)
+		if v == nil {
+			return nil
+		}
+		found = true
+		return json.Unmarshal(v, &j)
+	})
+	if err != nil || !found {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log.Info("replaying an interrupted commit", "child", j.Child, "ops", len(j.Ops))
+	if err := s.apply(j.Ops, true); err != nil {
+		return fmt.Errorf("store: replay commit of %s: %w", j.Child, err)
+	}
+	return s.finishMain(j.Child, true)
+}
+
+// crashPoint lets the crash tests kill the process at a named point of a
+// commit: ARBOR_STORE_CRASH=<point> makes the process SIGKILL itself there.
+func crashPoint(name string) {
+	if crashAt != "" && crashAt == name {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+}
+
+var crashAt = os.Getenv("ARBOR_STORE_CRASH")

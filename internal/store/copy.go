@@ -1,0 +1,139 @@
+package store
+
+import (
+	"errors"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// copyMeta gives dst (already made) src's mode, owner, times and xattrs.
+func copyMeta(src, dst string, st *unix.Stat_t) error {
+	isLink := st.Mode&unix.S_IFMT == unix.S_IFLNK
+	if err := unix.Lchown(dst, int(st.Uid), int(st.Gid)); err != nil && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	if !isLink {
+		if err := unix.Chmod(dst, st.Mode&07777); err != nil {
+			return err
+		}
+	}
+	copyXattrs(src, dst)
+	ts := []unix.Timespec{st.Atim, st.Mtim}
+	return unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+func copyXattrs(src, dst string) {
+	buf := make([]byte, 4096)
+	n, err := unix.Llistxattr(src, buf)
+	if err == unix.ERANGE {
+		if sz, err2 := unix.Llistxattr(src, nil); err2 == nil {
+			buf = make([]byte, sz)
+			n, err = unix.Llistxattr(src, buf)
+		}
+	}
+	if err != nil || n <= 0 {
+		return
+	}
+	for _, name := range strings.Split(string(buf[:n]), "\x00") {
+		if name == "" || name == inoXattr {
+			continue
+		}
+		sz, err := unix.Lgetxattr(src, name, nil)
+		if err != nil {
+			continue
+		}
+		val := make([]byte, sz)
+		if sz, err = unix.Lgetxattr(src, name, val); err == nil {
+			unix.Lsetxattr(dst, name, val[:sz], 0)
+		}
+	}
+}
+
+// copyNode copies one file system object (not a directory's children) from
+// src to dst, with its metadata. A regular file's data goes by
+// copy_file_range, which reflinks where the filesystem can.
+func copyNode(src, dst string, st *unix.Stat_t) error {
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		if err := unix.Mkdir(dst, 0o700); err != nil && err != unix.EEXIST {
+			return err
+		}
+	case unix.S_IFLNK:
+		target, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		if err := unix.Symlink(target, dst); err != nil {
+			return err
+		}
+	case unix.S_IFREG:
+		if err := copyData(src, dst); err != nil {
+			return err
+		}
+	default:
+		if err := unix.Mknod(dst, st.Mode, int(st.Rdev)); err != nil {
+			return err
+		}
+	}
+	return copyMeta(src, dst, st)
+}
+
+func copyData(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in) // uses copy_file_range between regular files
+	if err2 := out.Close(); err == nil {
+		err = err2
+	}
+	if err != nil {
+		os.Remove(dst)
+	}
+	return err
+}
+
+// copyTree copies src and everything under it to dst.
+func copyTree(src, dst string, visit func(rel string, st *unix.Stat_t)) error {
+	var walk func(s, d, rel string) error
+	walk = func(s, d, rel string) error {
+		var st unix.Stat_t
+		if err := unix.Lstat(s, &st); err != nil {
+			return err
+		}
+		if err := copyNode(s, d, &st); err != nil {
+			return err
+		}
+		visit(rel, &st)
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return nil
+		}
+		ents, err := readDirents(s)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if err := walk(s+"/"+e.name, d+"/"+e.name, joinRel(rel, e.name)); err != nil {
+				return err
+			}
+		}
+		// Times again: creating children changed the directory's mtime.
+		return unix.UtimesNanoAt(unix.AT_FDCWD, d, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	return walk(src, dst, "")
+}
+
+func setIno(p string, ino uint64) {
+	if ino != 0 {
+		unix.Lsetxattr(p, inoXattr, []byte(strconv.FormatUint(ino, 10)), 0)
+	}
+}

@@ -1,0 +1,54 @@
+// Package store keeps a base directory's branches: chains of copy-on-write
+// layers over the base, their metadata in bbolt, and the path-level
+// operations (resolve, copy-up, create, remove, rename) that the FUSE layer
+// calls.
+//
+// Vocabulary. The base is the user's directory; it is the branch "main" and
+// main writes it in place. Every other branch has a chain of layers over the
+// base: chain[0] sits on the base (depth 1), chain[len-1] is the branch's
+// head, the only layer it writes. A layer is a directory under
+// <dir>/layers/<id> holding the files the branch changed at their relative
+// paths; a delete is a whiteout file ".wh.NAME" beside the name, an opaque
+// directory (one that hides everything below it) holds ".wh..wh..opq".
+// A layer's directory is made only at its first write, so an empty head costs
+// nothing on disk.
+//
+// Fork is O(1) in the size of the base: the parent's head is frozen (it stays
+// in the parent's chain and becomes the bottom of the child's) and both sides
+// get fresh empty heads. An empty head is not frozen at all: the child simply
+// shares the parent's frozen part. A fork of main makes a snapshot layer on
+// the base: main keeps writing the base in place, and before it changes a
+// path that a live snapshot still shows, the old state is preserved into that
+// snapshot first (origin copy-on-write): a file is moved there, so a fork's
+// open descriptors keep their inode, and main gets a fresh copy.
+//
+// Lookup cost does not grow with depth: an index maps every relative path
+// present in any layer to the few layers that hold it, and a branch tests
+// membership of its chain by depth in O(1). Resolution walks the path's
+// components; at each one it takes the deepest-in-chain entry at or above the
+// current cut (the depth below which an opaque directory or a whiteout hides
+// everything).
+//
+// Commit. First commit wins: a commit succeeds only if the parent has not
+// changed since the child's fork (its head is the one the fork left, still
+// empty, and no commit landed in it; for main: the snapshot is still empty).
+// A commit into a branch is O(1): the parent adopts the child's chain. A
+// commit into main applies the child's changes to the base directory under a
+// journal in bbolt (written, and fsynced when durable, before the first
+// change; replayed at Open), in time proportional to the change. After a
+// commit every other branch under the parent is stale: its operations fail
+// with ESTALE until it is aborted.
+//
+// Abort drops the branch and its subtree from the metadata at once; layers no
+// branch references are removed in the background and at Open.
+//
+// Locking. Store.mu guards the branch table, the layer index and every layer
+// directory: path operations that only read take it shared, every mutation
+// takes it exclusively, so a reader sees a commit all or not at all.
+//
+// Sharp edges. Names beginning ".wh." cannot be created (EINVAL). Renaming a
+// directory that came from a lower layer copies its subtree up (overlayfs
+// would need redirect_dir). Writes made to the base directory behind Arbor's
+// back while it is mounted are not isolated. A hard link in a lower layer is
+// split when one of its names is copied up.
+package store

@@ -1,0 +1,437 @@
+package store
+
+import (
+	"os"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// checkName refuses names the layers reserve.
+func checkName(rel string) error {
+	_, n := splitRel(rel)
+	if strings.HasPrefix(n, whPrefix) {
+		return syscall.EINVAL
+	}
+	return nil
+}
+
+// liveSnaps returns the snapshots of main that a live branch still reads.
+func (s *Store) liveSnaps() []*layer {
+	var out []*layer
+	seen := map[*layer]bool{}
+	for _, b := range s.branches {
+		if b.snap != nil && !b.stale && !seen[b.snap] {
+			seen[b.snap] = true
+			out = append(out, b.snap)
+		}
+	}
+	return out
+}
+
+// covered reports whether snapshot o already decides rel: an entry at rel
+// (a directory entry covers only the directory itself, unless subtree is
+// false), or a non-directory or opaque entry at one of rel's ancestors.
+func (s *Store) covered(o *layer, rel string, subtree bool) bool {
+	if e, ok := s.get(o, rel); ok && (e.kind != kDir || e.opaque || !subtree) {
+		return true
+	}
+	for p := rel; p != ""; {
+		p, _ = splitRel(p)
+		if e, ok := s.get(o, p); ok && (e.kind != kDir || e.opaque) {
+			return true
+		}
+		if p == "" {
+			break
+		}
+	}
+	return false
+}
+
+// preserve keeps main's current state of rel in every live snapshot that
+// does not already decide it, before main changes rel. With subtree, a
+// directory is preserved with everything under it (main is about to move it).
+func (s *Store) preserve(rel string, subtree bool) error {
+	snaps := s.liveSnaps()
+	if len(snaps) == 0 {
+		return nil
+	}
+	real := s.base + "/" + rel
+	var st unix.Stat_t
+	exists := unix.Lstat(real, &st) == nil
+	first := "" // the first preserved copy of a file, linked into the others
+	for _, o := range snaps {
+		if s.covered(o, rel, subtree) {
+			continue
+		}
+		if err := s.ensureParentIn(o, rel); err != nil {
+			return err
+		}
+		dst := o.real(rel)
+		switch {
+		case !exists:
+			if err := s.whiteout(o, rel); err != nil {
+				return err
+			}
+		case st.Mode&unix.S_IFMT == unix.S_IFDIR && subtree:
+			if err := copyTree(real, dst, func(r string, st *unix.Stat_t) {
+				k := kFile
+				if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+					k = kDir
+				}
+				s.put(o, joinRel(rel, r), k, r == "", st.Ino)
+			}); err != nil {
+				return err
+			}
+			if err := touch(dst + "/" + opqMarker); err != nil {
+				return err
+			}
+		case st.Mode&unix.S_IFMT == unix.S_IFDIR:
+			if err := copyNode(real, dst, &st); err != nil {
+				return err
+			}
+			s.put(o, rel, kDir, false, 0)
+		case first != "":
+			if err := os.Link(first, dst); err != nil {
+				return err
+			}
+			s.put(o, rel, kFile, false, st.Ino)
+		default:
+			if s.writers[real] > 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
+				// Main holds it open for writing: its descriptors must keep
+				// writing the base's inode, so the snapshot gets a copy.
+				if err := copyNode(real, dst, &st); err != nil {
+					return err
+				}
+			} else {
+				// Move the inode into the snapshot, so that the forks' open
+				// descriptors keep their bytes, and give main a fresh copy.
+				if err := os.Rename(real, dst); err != nil {
+					return err
+				}
+				if err := copyNode(dst, real, &st); err != nil {
+					os.Rename(dst, real)
+					return err
+				}
+			}
+			setIno(dst, st.Ino)
+			s.put(o, rel, kFile, false, st.Ino)
+			first = dst
+		}
+	}
+	return nil
+}
+
+func touch(p string) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// ensureParentIn makes rel's parent directories in layer l, with the
+// metadata of the base's directories (used for snapshots of main).
+func (s *Store) ensureParentIn(l *layer, rel string) error {
+	if err := l.ensureDir(); err != nil {
+		return err
+	}
+	dir, _ := splitRel(rel)
+	if dir == "" {
+		return nil
+	}
+	var missing []string
+	for p := dir; p != ""; p, _ = splitRel(p) {
+		if _, ok := s.get(l, p); ok {
+			break
+		}
+		missing = append(missing, p)
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		p := missing[i]
+		var st unix.Stat_t
+		if err := unix.Lstat(s.base+"/"+p, &st); err != nil {
+			return err
+		}
+		if err := copyNode(s.base+"/"+p, l.real(p), &st); err != nil {
+			return err
+		}
+		s.put(l, p, kDir, false, 0)
+	}
+	return nil
+}
+
+// whiteout records in layer l that rel is deleted.
+func (s *Store) whiteout(l *layer, rel string) error {
+	if err := touch(l.real(whiteoutPath(rel))); err != nil {
+		return err
+	}
+	s.put(l, rel, kWhiteout, false, 0)
+	return nil
+}
+
+// writableBranch checks that b may be written.
+func writableBranch(b *Branch) error {
+	if b.stale {
+		return syscall.ESTALE
+	}
+	return nil
+}
+
+// copyUp makes rel present in b's head and returns its real path there. For
+// main it preserves rel for the snapshots and returns the base path.
+func (s *Store) copyUp(b *Branch, rel string) (string, error) {
+	if err := writableBranch(b); err != nil {
+		return "", err
+	}
+	if b.Name == Main {
+		if err := s.preserve(rel, false); err != nil {
+			return "", err
+		}
+		if rel == "" {
+			return s.base, nil
+		}
+		return s.base + "/" + rel, nil
+	}
+	h := b.head()
+	res, err := s.resolve(b, rel, len(b.chain))
+	if err != nil {
+		return "", err
+	}
+	if res.Depth == h.depth {
+		return res.Real, nil
+	}
+	if err := s.ensureParent(b, rel); err != nil {
+		return "", err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(res.Real, &st); err != nil {
+		return "", err
+	}
+	if b.Quota > 0 && st.Mode&unix.S_IFMT == unix.S_IFREG && s.usage(b)+st.Size > b.Quota {
+		return "", syscall.ENOSPC
+	}
+	dst := h.real(rel)
+	if err := copyNode(res.Real, dst, &st); err != nil {
+		return "", err
+	}
+	k, ino := kFile, res.Ino
+	if ino == 0 {
+		ino = st.Ino
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		k, ino = kDir, 0
+	} else {
+		setIno(dst, ino)
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			h.bytes += st.Size
+		}
+	}
+	s.put(h, rel, k, false, ino)
+	return dst, nil
+}
+
+// CopyUp makes rel writable in b (see copyUp).
+func (s *Store) CopyUp(b *Branch, rel string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.copyUp(b, rel)
+}
+
+// ensureParent copies rel's parent directories up into b's head.
+func (s *Store) ensureParent(b *Branch, rel string) error {
+	if err := b.head().ensureDir(); err != nil {
+		return err
+	}
+	dir, _ := splitRel(rel)
+	if dir == "" {
+		return nil
+	}
+	if e, ok := s.get(b.head(), dir); ok && e.kind == kDir {
+		return nil
+	}
+	if err := s.ensureParent(b, dir); err != nil {
+		return err
+	}
+	_, err := s.copyUp(b, dir)
+	return err
+}
+
+// usage is the bytes of regular files in b's own layers (above its fork).
+func (s *Store) usage(b *Branch) int64 {
+	var n int64
+	for _, l := range b.chain {
+		if l.depth > 1 || b.snap == nil {
+			n += l.bytes
+		}
+	}
+	return n
+}
+
+// Grow accounts n more bytes to b's head for its quota, or fails with
+// ENOSPC if that would pass it.
+func (s *Store) Grow(b *Branch, n int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.Name == Main || n <= 0 {
+		return nil
+	}
+	if b.Quota > 0 && s.usage(b)+n > b.Quota {
+		return syscall.ENOSPC
+	}
+	b.head().bytes += n
+	return nil
+}
+
+// Create makes a new object at rel in b: mk makes it at the real path it is
+// given (open with O_CREAT|O_EXCL, mkdir, symlink, mknod, link). dir says
+// whether it is a directory.
+func (s *Store) Create(b *Branch, rel string, dir bool, mk func(real string) error) error {
+	if err := checkName(rel); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.create(b, rel, dir, mk)
+}
+
+func (s *Store) create(b *Branch, rel string, dir bool, mk func(real string) error) error {
+	if err := writableBranch(b); err != nil {
+		return err
+	}
+	parent, _ := splitRel(rel)
+	pres, err := s.resolve(b, parent, len(b.chain))
+	if err != nil {
+		return err
+	}
+	if !pres.IsDir() {
+		return syscall.ENOTDIR
+	}
+	if _, err := s.resolve(b, rel, len(b.chain)); err == nil {
+		return syscall.EEXIST
+	}
+	if b.Name == Main {
+		if err := s.preserve(rel, false); err != nil {
+			return err
+		}
+		return mk(s.base + "/" + rel)
+	}
+	if err := s.ensureParent(b, rel); err != nil {
+		return err
+	}
+	h := b.head()
+	hadWhiteout := false
+	if e, ok := s.get(h, rel); ok && e.kind == kWhiteout {
+		hadWhiteout = true
+	}
+	real := h.real(rel)
+	if err := mk(real); err != nil {
+		return err
+	}
+	if hadWhiteout {
+		os.Remove(h.real(whiteoutPath(rel)))
+	}
+	opaque := false
+	if dir && hadWhiteout {
+		// A directory made over a deleted name must hide what was below.
+		if err := touch(real + "/" + opqMarker); err != nil {
+			return err
+		}
+		opaque = true
+	}
+	k := kFile
+	if dir {
+		k = kDir
+	}
+	s.put(h, rel, k, opaque, 0)
+	return nil
+}
+
+// Link makes new a hard link to old in b.
+func (s *Store) Link(b *Branch, old, new string) error {
+	if err := checkName(new); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res, err := s.resolve(b, old, len(b.chain))
+	if err != nil {
+		return err
+	}
+	if res.IsDir() {
+		return syscall.EPERM
+	}
+	src, err := s.copyUp(b, old)
+	if err != nil {
+		return err
+	}
+	ino := res.Ino
+	if e, ok := s.get(b.head(), old); ok && b.Name != Main {
+		ino = e.ino
+	}
+	err = s.create(b, new, false, func(real string) error { return os.Link(src, real) })
+	if err == nil && b.Name != Main && ino != 0 {
+		s.put(b.head(), new, kFile, false, ino)
+	}
+	return err
+}
+
+// Remove unlinks (dir false) or removes the empty directory (dir true) rel.
+func (s *Store) Remove(b *Branch, rel string, dir bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.remove(b, rel, dir)
+}
+
+func (s *Store) remove(b *Branch, rel string, dir bool) error {
+	if err := writableBranch(b); err != nil {
+		return err
+	}
+	res, err := s.resolve(b, rel, len(b.chain))
+	if err != nil {
+		return err
+	}
+	if dir && !res.IsDir() {
+		return syscall.ENOTDIR
+	}
+	if !dir && res.IsDir() {
+		return syscall.EISDIR
+	}
+	if dir {
+		ents, err := s.readDir(b, rel, len(b.chain))
+		if err != nil {
+			return err
+		}
+		if len(ents) > 0 {
+			return syscall.ENOTEMPTY
+		}
+	}
+	if b.Name == Main {
+		if err := s.preserve(rel, false); err != nil {
+			return err
+		}
+		if dir {
+			return unix.Rmdir(res.Real)
+		}
+		return unix.Unlink(res.Real)
+	}
+	h := b.head()
+	if res.Depth == h.depth {
+		if dir {
+			if err := removeAll(res.Real); err != nil { // only whiteouts are left in it
+				return err
+			}
+		} else if err := unix.Unlink(res.Real); err != nil {
+			return err
+		}
+		s.dropTree(h, rel)
+	}
+	if _, err := s.resolve(b, rel, len(b.chain)-1); err == nil {
+		if err := s.ensureParent(b, rel); err != nil {
+			return err
+		}
+		return s.whiteout(h, rel)
+	}
+	return nil
+}

@@ -1,0 +1,227 @@
+package store
+
+import (
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Rename renames old to new in b, with renameat2's flags (RENAME_NOREPLACE,
+// RENAME_EXCHANGE).
+func (s *Store) Rename(b *Branch, old, new string, flags uint32) error {
+	if err := checkName(new); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := writableBranch(b); err != nil {
+		return err
+	}
+	max := len(b.chain)
+	ores, err := s.resolve(b, old, max)
+	if err != nil {
+		return err
+	}
+	nres, nerr := s.resolve(b, new, max)
+	exists := nerr == nil
+	if nerr != nil && nerr != syscall.ENOENT {
+		return nerr
+	}
+	if np, _ := splitRel(new); !exists {
+		if pres, err := s.resolve(b, np, max); err != nil {
+			return err
+		} else if !pres.IsDir() {
+			return syscall.ENOTDIR
+		}
+	}
+	exchange := flags&unix.RENAME_EXCHANGE != 0
+	switch {
+	case old == new:
+		return nil
+	case exchange && !exists:
+		return syscall.ENOENT
+	case flags&unix.RENAME_NOREPLACE != 0 && exists:
+		return syscall.EEXIST
+	case strings.HasPrefix(new, old+"/") || (exchange && strings.HasPrefix(old, new+"/")):
+		return syscall.EINVAL
+	case exists && !exchange && ores.IsDir() && !nres.IsDir():
+		return syscall.ENOTDIR
+	case exists && !exchange && !ores.IsDir() && nres.IsDir():
+		return syscall.EISDIR
+	case exists && !exchange && nres.IsDir():
+		ents, err := s.readDir(b, new, max)
+		if err != nil {
+			return err
+		}
+		if len(ents) > 0 {
+			return syscall.ENOTEMPTY
+		}
+	}
+	if b.Name == Main {
+		if err := s.preserve(old, true); err != nil {
+			return err
+		}
+		if err := s.preserve(new, exchange); err != nil {
+			return err
+		}
+		if err := unix.Renameat2(unix.AT_FDCWD, ores.Real, unix.AT_FDCWD, s.base+"/"+new, uint(flags)); err != nil {
+			return err
+		}
+		s.moveWriters(ores.Real, s.base+"/"+new, exchange)
+		return nil
+	}
+	h := b.head()
+	// Bring old (with its whole subtree) and, for an exchange, new into the head.
+	if err := s.copyUpTree(b, old, ores); err != nil {
+		return err
+	}
+	if exchange {
+		if err := s.copyUpTree(b, new, nres); err != nil {
+			return err
+		}
+	} else {
+		if err := s.ensureParent(b, new); err != nil {
+			return err
+		}
+		if exists {
+			// Replace: what was at new goes, leaving a whiteout if a lower layer has it.
+			if err := s.remove(b, new, nres.IsDir()); err != nil {
+				return err
+			}
+		}
+		if e, ok := s.get(h, new); ok && e.kind == kWhiteout {
+			if err := unix.Unlink(h.real(whiteoutPath(new))); err != nil {
+				return err
+			}
+			s.drop(h, new)
+		}
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, h.real(old), unix.AT_FDCWD, h.real(new), uint(flags&unix.RENAME_EXCHANGE)); err != nil {
+		return err
+	}
+	s.moveWriters(h.real(old), h.real(new), exchange)
+	s.moveIndex(h, old, new, exchange)
+	if !exchange {
+		if _, err := s.resolve(b, old, max-1); err == nil {
+			if err := s.ensureParent(b, old); err != nil {
+				return err
+			}
+			if err := s.whiteout(h, old); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// copyUpTree copies rel up into b's head; a directory comes with its whole
+// merged subtree and becomes opaque, so that after a rename it hides nothing
+// and needs nothing from below.
+func (s *Store) copyUpTree(b *Branch, rel string, res Res) error {
+	if _, err := s.copyUp(b, rel); err != nil {
+		return err
+	}
+	if !res.IsDir() {
+		return nil
+	}
+	ents, err := s.readDir(b, rel, len(b.chain))
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		c := joinRel(rel, e.Name)
+		cres, err := s.resolve(b, c, len(b.chain))
+		if err != nil {
+			return err
+		}
+		if err := s.copyUpTree(b, c, cres); err != nil {
+			return err
+		}
+	}
+	h := b.head()
+	if e, ok := s.get(h, rel); ok && !e.opaque {
+		if err := touch(h.real(rel) + "/" + opqMarker); err != nil {
+			return err
+		}
+		// Whiteouts inside are no longer needed once the directory is opaque.
+		for p := range h.paths {
+			if d, _ := splitRel(p); d == rel {
+				if we, ok := s.get(h, p); ok && we.kind == kWhiteout {
+					unix.Unlink(h.real(whiteoutPath(p)))
+					s.drop(h, p)
+				}
+			}
+		}
+		s.put(h, rel, kDir, true, 0)
+	}
+	return nil
+}
+
+// moveIndex re-keys layer l's entries under old to new (or swaps them).
+func (s *Store) moveIndex(l *layer, old, new string, exchange bool) {
+	type moved struct {
+		rel string
+		e   entry
+	}
+	take := func(from string) []moved {
+		var out []moved
+		for p := range l.paths {
+			if p == from || strings.HasPrefix(p, from+"/") {
+				e, _ := s.get(l, p)
+				out = append(out, moved{p[len(from):], e})
+			}
+		}
+		for _, m := range out {
+			s.drop(l, from+m.rel)
+		}
+		return out
+	}
+	a := take(old)
+	var bm []moved
+	if exchange {
+		bm = take(new)
+	}
+	for _, m := range a {
+		s.put(l, new+m.rel, m.e.kind, m.e.opaque, m.e.ino)
+	}
+	for _, m := range bm {
+		s.put(l, old+m.rel, m.e.kind, m.e.opaque, m.e.ino)
+	}
+}
+
+// OpenWrite and CloseWrite count the descriptors open for writing on a real
+// path, so that a fork or a snapshot never moves an inode that a writer
+// holds: its writes must stay where they are.
+func (s *Store) OpenWrite(real string) {
+	s.mu.Lock()
+	s.writers[real]++
+	s.mu.Unlock()
+}
+
+// CloseWrite undoes OpenWrite.
+func (s *Store) CloseWrite(real string) {
+	s.mu.Lock()
+	if s.writers[real]--; s.writers[real] <= 0 {
+		delete(s.writers, real)
+	}
+	s.mu.Unlock()
+}
+
+func (s *Store) moveWriters(old, new string, exchange bool) {
+	re := map[string]int{}
+	for p, n := range s.writers {
+		switch {
+		case p == old || strings.HasPrefix(p, old+"/"):
+			re[new+p[len(old):]] += n
+		case exchange && (p == new || strings.HasPrefix(p, new+"/")):
+			re[old+p[len(new):]] += n
+		default:
+			continue
+		}
+		delete(s.writers, p)
+	}
+	for p, n := range re {
+		s.writers[p] += n
+	}
+}

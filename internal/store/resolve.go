@@ -1,0 +1,195 @@
+package store
+
+import (
+	"os"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Res is where a path of a branch resolves.
+type Res struct {
+	Real  string // the host path to read it at
+	Depth int    // the depth of the layer it comes from; 0 is the base
+	Kind  kind
+	Ino   uint64 // the inode number to report (0: the real file's)
+	cut   int    // for a directory: the depth below which its content is hidden
+}
+
+// IsDir reports whether the path is a directory.
+func (r Res) IsDir() bool { return r.Kind == kDir }
+
+// top returns the entry of rel that b sees, among layers at depths in
+// [cut, max], and the cut for rel's children.
+func (s *Store) top(b *Branch, rel string, cut, max int) (best entry, found bool, childCut int) {
+	es := s.index[rel]
+	for _, e := range es {
+		if e.l.depth < cut || e.l.depth > max || !b.contains(e.l) {
+			continue
+		}
+		if !found || e.l.depth > best.l.depth {
+			best, found = e, true
+		}
+	}
+	if !found {
+		return best, false, cut
+	}
+	childCut = cut
+	if best.opaque {
+		return best, true, best.l.depth
+	}
+	for _, e := range es {
+		if e.kind != kDir && e.l.depth >= cut && e.l.depth < best.l.depth && b.contains(e.l) && e.l.depth+1 > childCut {
+			childCut = e.l.depth + 1
+		}
+	}
+	return best, true, childCut
+}
+
+// resolve finds rel in b's view, looking only at layers up to depth max
+// (len(b.chain) for the whole view). The caller holds s.mu.
+func (s *Store) resolve(b *Branch, rel string, max int) (Res, error) {
+	if b.stale {
+		return Res{}, syscall.ESTALE
+	}
+	res := Res{Real: s.base, Kind: kDir}
+	if best, ok, cut := s.top(b, "", 0, max); ok {
+		res = Res{Real: best.l.dir, Depth: best.l.depth, Kind: kDir, cut: cut}
+	}
+	if rel == "" {
+		return res, nil
+	}
+	cut := res.cut
+	for i := 0; ; {
+		j := strings.IndexByte(rel[i:], '/')
+		p := rel
+		if j >= 0 {
+			p = rel[:i+j]
+		}
+		best, ok, childCut := s.top(b, p, cut, max)
+		switch {
+		case ok && best.kind == kWhiteout:
+			return Res{}, syscall.ENOENT
+		case ok:
+			res = Res{Real: best.l.real(p), Depth: best.l.depth, Kind: best.kind, Ino: best.ino, cut: childCut}
+		case cut == 0:
+			var st unix.Stat_t
+			real := s.base + "/" + p
+			if err := unix.Lstat(real, &st); err != nil {
+				return Res{}, err
+			}
+			k := kFile
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				k = kDir
+			}
+			res = Res{Real: real, Kind: k}
+		default:
+			return Res{}, syscall.ENOENT
+		}
+		if j < 0 {
+			return res, nil
+		}
+		if res.Kind != kDir {
+			return Res{}, syscall.ENOTDIR
+		}
+		cut = res.cut
+		i += j + 1
+	}
+}
+
+// Resolve finds rel (a clean relative path, "" for the root) in the branch.
+func (s *Store) Resolve(b *Branch, rel string) (Res, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.resolve(b, rel, len(b.chain))
+}
+
+// DirEntry is one name in a merged directory listing.
+type DirEntry struct {
+	Name string
+	Mode uint32 // S_IFMT bits
+	Ino  uint64
+}
+
+// ReadDir lists the merged directory rel of b.
+func (s *Store) ReadDir(b *Branch, rel string) ([]DirEntry, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.readDir(b, rel, len(b.chain))
+}
+
+func (s *Store) readDir(b *Branch, rel string, max int) ([]DirEntry, error) {
+	res, err := s.resolve(b, rel, max)
+	if err != nil {
+		return nil, err
+	}
+	if res.Kind != kDir {
+		return nil, syscall.ENOTDIR
+	}
+	seen := map[string]bool{}
+	var out []DirEntry
+	add := func(real string, d int) error {
+		ents, err := readDirents(real)
+		if err != nil {
+			if os.IsNotExist(err) {
+				return nil
+			}
+			return err
+		}
+		for _, e := range ents {
+			n := e.name
+			if d > 0 && strings.HasPrefix(n, whPrefix) {
+				if n != opqMarker {
+					seen[n[len(whPrefix):]] = true
+				}
+				continue
+			}
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			de := DirEntry{Name: n, Mode: dtToMode(e.typ), Ino: e.ino}
+			if d > 0 {
+				if en, ok := s.get(layerAt(b, d), joinRel(rel, n)); ok && en.ino != 0 {
+					de.Ino = en.ino
+				}
+			}
+			out = append(out, de)
+		}
+		return nil
+	}
+	// Walk the layers that hold this directory, deepest first, down to the cut.
+	cut := 0
+	if res.Depth > 0 {
+		cut = res.cut
+	}
+	for d := res.Depth; d >= 1 && d >= cut; d-- {
+		l := b.chain[d-1]
+		e, ok := s.get(l, rel)
+		if !ok {
+			continue
+		}
+		if e.kind != kDir {
+			break
+		}
+		if err := add(l.real(rel), d); err != nil {
+			return nil, err
+		}
+		if e.opaque {
+			return out, nil
+		}
+	}
+	if cut == 0 {
+		p := s.base
+		if rel != "" {
+			p += "/" + rel
+		}
+		if err := add(p, 0); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func layerAt(b *Branch, d int) *layer { return b.chain[d-1] }

@@ -1,0 +1,599 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/arbor-dev/arbor/api"
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
+)
+
+// Main is the name of the branch that is the base directory itself.
+const Main = "main"
+
+// Config configures a Store. Dir holds the store's own state (metadata and
+// layers); it should be on the same filesystem as Base so that commits into
+// main move files rather than copy them.
+type Config struct {
+	Dir    string
+	Base   string
+	Logger *slog.Logger
+}
+
+// Store is the branches of one base directory.
+type Store struct {
+	dir, base string
+	log       *slog.Logger
+	db        *bolt.DB
+
+	mu       sync.RWMutex // guards everything below, the index and every layer directory
+	branches map[string]*Branch
+	layers   map[uint64]*layer
+	index    map[string][]entry // relative path -> the layers that hold it
+	writers  map[string]int     // real path -> descriptors open for writing on it
+	nextID   uint64
+
+	gc sync.WaitGroup // background reclaim of dropped layers
+}
+
+// Branch is one branch. Its fields are guarded by Store.mu.
+type Branch struct {
+	ID     uint64
+	Name   string
+	Parent string
+	chain  []*layer // chain[i] is at depth i+1; main's is empty
+	// forkHead and forkGen record the parent's head and generation just after
+	// this branch's fork: the parent is unchanged iff both still hold and the
+	// head is empty. For a child of main, snap is the snapshot it reads.
+	forkHead uint64
+	forkGen  uint64
+	snap     *layer
+	gen      uint64 // bumped by every commit into this branch
+	stale    bool
+	Quota    int64
+}
+
+// Stale reports whether the branch lost a commit race.
+func (b *Branch) Stale() bool { return b.stale }
+
+func (b *Branch) head() *layer {
+	if len(b.chain) == 0 {
+		return nil
+	}
+	return b.chain[len(b.chain)-1]
+}
+
+// contains reports whether l is in b's chain, in O(1).
+func (b *Branch) contains(l *layer) bool {
+	return l.depth >= 1 && l.depth <= len(b.chain) && b.chain[l.depth-1] == l
+}
+
+// record is a branch as persisted.
+type record struct {
+	ID       uint64   `json:"id"`
+	Name     string   `json:"name"`
+	Parent   string   `json:"parent,omitempty"`
+	Chain    []uint64 `json:"chain"`
+	ForkHead uint64   `json:"fork_head,omitempty"`
+	ForkGen  uint64   `json:"fork_gen,omitempty"`
+	Snap     uint64   `json:"snap,omitempty"`
+	Gen      uint64   `json:"gen,omitempty"`
+	Stale    bool     `json:"stale,omitempty"`
+	Quota    int64    `json:"quota,omitempty"`
+}
+
+var (
+	bucketBranches = []byte("branches")
+	bucketMeta     = []byte("meta")
+	bucketJournal  = []byte("journal")
+	keyNextID      = []byte("next_id")
+	keyMainGen     = []byte("main_gen")
+)
+
+// Open opens (creating if need be) the store in cfg.Dir over cfg.Base,
+// finishing any commit a crash cut short and reclaiming unreferenced layers.
+func Open(cfg Config) (*Store, error) {
+	if cfg.Dir == "" || cfg.Base == "" {
+		return nil, api.Errorf(api.ErrBadRequest, "store: Dir and Base are required")
+	}
+	base, err := filepath.Abs(cfg.Base)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
+		return nil, api.Errorf(api.ErrBadRequest, "store: base %s is not a directory", base)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "layers"), 0o700); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// NoSync: a write survives SIGKILL through the page cache; durable
+	// commits call db.Sync explicitly.
+	db, err := bolt.Open(filepath.Join(cfg.Dir, "meta.db"), 0o600, &bolt.Options{NoSync: true, NoFreelistSync: true})
+	if err != nil {
+		return nil, fmt.Errorf("store: open metadata: %w", err)
+	}
+	s := &Store{dir: cfg.Dir, base: base, log: log, db: db,
+		branches: map[string]*Branch{}, layers: map[uint64]*layer{}, index: map[string][]entry{}, writers: map[string]int{}}
+	if err := s.load(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.replayJournal(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.reclaim()
+	return s, nil
+}
+
+// Close waits for background reclaim and closes the metadata.
+func (s *Store) Close() error {
+	s.gc.Wait()
+	return s.db.Close()
+}
+
+// Base is the base directory.
+func (s *Store) Base() string { return s.base }
+
+func (s *Store) load() error {
+	var recs []record
+	var mainGen uint64
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketBranches, bucketMeta, bucketJournal} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		m := tx.Bucket(bucketMeta)
+		s.nextID = btoi(m.Get(keyNextID))
+		mainGen = btoi(m.Get(keyMainGen))
+		return tx.Bucket(bucketBranches).ForEach(func(k, v []byte) error {
+			var r record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("store: branch %q: %w", k, err)
+			}
+			recs = append(recs, r)
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	if s.nextID == 0 {
+		s.nextID = 1
+	}
+	s.branches[Main] = &Branch{ID: 0, Name: Main, gen: mainGen}
+	for _, r := range recs {
+		b := &Branch{ID: r.ID, Name: r.Name, Parent: r.Parent, forkHead: r.ForkHead, forkGen: r.ForkGen,
+			gen: r.Gen, stale: r.Stale, Quota: r.Quota}
+		for i, id := range r.Chain {
+			b.chain = append(b.chain, s.layerFor(id, i+1))
+		}
+		if r.Snap != 0 {
+			b.snap = s.layerFor(r.Snap, 1)
+		}
+		s.branches[b.Name] = b
+	}
+	for _, l := range s.layers {
+		if err := s.indexLayer(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) layerFor(id uint64, depth int) *layer {
+	if l, ok := s.layers[id]; ok {
+		return l
+	}
+	l := &layer{id: id, depth: depth, dir: filepath.Join(s.dir, "layers", strconv.FormatUint(id, 10))}
+	s.layers[id] = l
+	return l
+}
+
+func (s *Store) newLayer(depth int) *layer {
+	id := s.nextID
+	s.nextID++
+	return s.layerFor(id, depth)
+}
+
+func (b *Branch) record() record {
+	r := record{ID: b.ID, Name: b.Name, Parent: b.Parent, ForkHead: b.forkHead, ForkGen: b.forkGen,
+		Gen: b.gen, Stale: b.stale, Quota: b.Quota}
+	for _, l := range b.chain {
+		r.Chain = append(r.Chain, l.id)
+	}
+	if b.snap != nil {
+		r.Snap = b.snap.id
+	}
+	return r
+}
+
+// save writes the given branches, deletes the named ones, and the counters,
+// in one transaction.
+func (s *Store) save(put []*Branch, del []string, extra func(tx *bolt.Tx) error) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		bb := tx.Bucket(bucketBranches)
+		for _, b := range put {
+			if b.Name == Main {
+				continue
+			}
+			v, err := json.Marshal(b.record())
+			if err != nil {
+				return err
+			}
+			if err := bb.Put([]byte(b.Name), v); err != nil {
+				return err
+			}
+		}
+		for _, n := range del {
+			if err := bb.Delete([]byte(n)); err != nil {
+				return err
+			}
+		}
+		m := tx.Bucket(bucketMeta)
+		if err := m.Put(keyNextID, itob(s.nextID)); err != nil {
+			return err
+		}
+		if err := m.Put(keyMainGen, itob(s.branches[Main].gen)); err != nil {
+			return err
+		}
+		if extra != nil {
+			return extra(tx)
+		}
+		return nil
+	})
+}
+
+// BranchInfo describes a branch.
+type BranchInfo struct {
+	Name   string
+	Parent string
+	Stale  bool
+	Depth  int
+	Quota  int64
+}
+
+// Branches lists every branch, main first, then by name.
+func (s *Store) Branches() []BranchInfo {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]BranchInfo, 0, len(s.branches))
+	for _, b := range s.branches {
+		out = append(out, BranchInfo{Name: b.Name, Parent: b.Parent, Stale: b.stale, Depth: len(b.chain), Quota: b.Quota})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if (out[i].Name == Main) != (out[j].Name == Main) {
+			return out[i].Name == Main
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// Branch returns the named branch.
+func (s *Store) Branch(name string) (*Branch, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.branch(name)
+}
+
+func (s *Store) branch(name string) (*Branch, error) {
+	b, ok := s.branches[name]
+	if !ok {
+		return nil, api.Errorf(api.ErrNotFound, "branch %q", name)
+	}
+	return b, nil
+}
+
+// ValidName checks a branch name: non-empty, at most 128 bytes, no '/', no
+// NUL, not "." or "..", not starting with '@' or ".wh.".
+func ValidName(name string) error {
+	switch {
+	case name == "" || len(name) > 127:
+		return api.Errorf(api.ErrBadRequest, "branch name %q: must be 1-127 bytes", name)
+	case strings.ContainsAny(name, "/\x00") || name == "." || name == "..":
+		return api.Errorf(api.ErrBadRequest, "branch name %q: must not contain '/' or NUL or be . or ..", name)
+	case strings.HasPrefix(name, "@") || strings.HasPrefix(name, whPrefix):
+		return api.Errorf(api.ErrBadRequest, "branch name %q: must not start with '@' or %q", name, whPrefix)
+	}
+	return nil
+}
+
+// Fork makes children of parent, each seeing the parent's current files. It
+// costs the same whatever the size of the base: it writes only metadata.
+func (s *Store) Fork(parent string, children ...string) error {
+	if len(children) == 0 {
+		return api.Errorf(api.ErrBadRequest, "fork %s: no children named", parent)
+	}
+	seen := map[string]bool{}
+	for _, c := range children {
+		if err := ValidName(c); err != nil {
+			return err
+		}
+		if seen[c] {
+			return api.Errorf(api.ErrBadRequest, "fork %s: child %q named twice", parent, c)
+		}
+		seen[c] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, err := s.branch(parent)
+	if err != nil {
+		return fmt.Errorf("fork: %w", err)
+	}
+	if p.stale {
+		return api.Errorf(api.ErrStale, "fork %s: the branch is stale", parent)
+	}
+	for _, c := range children {
+		if _, ok := s.branches[c]; ok {
+			return api.Errorf(api.ErrExists, "fork %s: branch %q", parent, c)
+		}
+	}
+	saveNext, saveGen := s.nextID, p.gen
+	oldChain := p.chain
+	var snap *layer
+	var base []*layer // the children's chain below their heads
+	switch {
+	case p.Name == Main:
+		// Reuse the newest snapshot if main has not changed since it was taken.
+		for _, b := range s.branches {
+			if b.Parent == Main && !b.stale && b.snap != nil && b.snap.empty() && b.forkGen == p.gen &&
+				(snap == nil || b.snap.id > snap.id) {
+				snap = b.snap
+			}
+		}
+		if snap == nil {
+			snap = s.newLayer(1)
+		}
+		base = []*layer{snap}
+	case p.head().empty():
+		base = p.chain[:len(p.chain)-1]
+	default:
+		base = p.chain
+		p.chain = append(append([]*layer(nil), p.chain...), s.newLayer(len(p.chain)+1))
+	}
+	made := make([]*Branch, 0, len(children)+1)
+	for _, c := range children {
+		chain := append(append(make([]*layer, 0, len(base)+1), base...), s.newLayer(len(base)+1))
+		b := &Branch{ID: s.nextID, Name: c, Parent: p.Name, chain: chain, forkGen: p.gen, snap: snap, Quota: p.Quota}
+		s.nextID++
+		if h := p.head(); h != nil {
+			b.forkHead = h.id
+		}
+		made = append(made, b)
+	}
+	if err := s.save(append(made, p), nil, nil); err != nil {
+		s.nextID, p.gen, p.chain = saveNext, saveGen, oldChain
+		return fmt.Errorf("fork %s: %w", parent, err)
+	}
+	for _, b := range made {
+		s.branches[b.Name] = b
+	}
+	s.keepWriters(p, oldChain)
+	return nil
+}
+
+// keepWriters runs after p forked: a descriptor that p holds open for
+// writing must not write into what the children now see. In main the file is
+// preserved into the snapshot by copy; in a frozen head the inode moves up to
+// p's new head (the descriptor follows it) and the frozen layer gets a copy.
+func (s *Store) keepWriters(p *Branch, oldChain []*layer) {
+	if len(s.writers) == 0 {
+		return
+	}
+	if p.Name == Main {
+		for real := range s.writers {
+			if rel, ok := relTo(s.base, real); ok {
+				if err := s.preserve(rel, false); err != nil {
+					s.log.Warn("fork: preserve open file", "path", rel, "err", err)
+				}
+			}
+		}
+		return
+	}
+	if len(oldChain) == len(p.chain) {
+		return // the head was empty: nothing was frozen
+	}
+	frozen, head := oldChain[len(oldChain)-1], p.head()
+	for real := range s.writers {
+		rel, ok := relTo(frozen.dir, real)
+		if !ok {
+			continue
+		}
+		e, ok := s.get(frozen, rel)
+		if !ok || e.kind != kFile {
+			continue
+		}
+		var st unix.Stat_t
+		if err := s.ensureParent(p, rel); err != nil || unix.Lstat(real, &st) != nil {
+			s.log.Warn("fork: keep open file", "path", rel, "err", err)
+			continue
+		}
+		dst := head.real(rel)
+		if err := os.Rename(real, dst); err != nil {
+			continue
+		}
+		if err := copyNode(dst, real, &st); err != nil {
+			os.Rename(dst, real)
+			continue
+		}
+		ino := e.ino
+		if ino == 0 {
+			ino = st.Ino
+		}
+		setIno(real, ino)
+		setIno(dst, ino)
+		s.put(frozen, rel, kFile, false, ino)
+		s.put(head, rel, kFile, false, ino)
+		s.writers[dst] += s.writers[real]
+		delete(s.writers, real)
+	}
+}
+
+func relTo(dir, p string) (string, bool) {
+	if p == dir {
+		return "", true
+	}
+	if strings.HasPrefix(p, dir+"/") {
+		return p[len(dir)+1:], true
+	}
+	return "", false
+}
+
+// changedSince reports whether p changed since child's fork.
+func (s *Store) changedSince(p, child *Branch) bool {
+	if p.gen != child.forkGen {
+		return true
+	}
+	if p.Name == Main {
+		return child.snap != nil && !child.snap.empty()
+	}
+	h := p.head()
+	return h.id != child.forkHead || !h.empty()
+}
+
+// descendants returns every branch under b, b excluded.
+func (s *Store) descendants(b *Branch) []*Branch {
+	var out []*Branch
+	for _, c := range s.branches {
+		if c == b {
+			continue
+		}
+		for p := c; p.Parent != ""; {
+			if p.Parent == b.Name {
+				out = append(out, c)
+				break
+			}
+			p = s.branches[p.Parent]
+			if p == nil {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Abort drops the branch and its subtree. It returns at once; the layers are
+// reclaimed in the background.
+func (s *Store) Abort(name string) error {
+	if name == Main {
+		return api.Errorf(api.ErrBadRequest, "abort: main cannot be aborted")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := s.branch(name)
+	if err != nil {
+		return fmt.Errorf("abort: %w", err)
+	}
+	drop := append(s.descendants(b), b)
+	names := make([]string, len(drop))
+	for i, d := range drop {
+		names[i] = d.Name
+	}
+	if err := s.save(nil, names, nil); err != nil {
+		return fmt.Errorf("abort %s: %w", name, err)
+	}
+	for _, n := range names {
+		delete(s.branches, n)
+	}
+	s.reclaimLocked()
+	return nil
+}
+
+// Dropped reports names of the branches Abort(name) would drop: the branch
+// and its subtree.
+func (s *Store) Subtree(name string) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	b, ok := s.branches[name]
+	if !ok {
+		return nil
+	}
+	out := []string{name}
+	for _, d := range s.descendants(b) {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+// reclaim removes layers no branch references (at Open).
+func (s *Store) reclaim() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reclaimLocked()
+	// Layer directories with no record at all (a crash between making a
+	// layer and saving the branch that owns it).
+	ents, _ := os.ReadDir(filepath.Join(s.dir, "layers"))
+	for _, e := range ents {
+		id, err := strconv.ParseUint(e.Name(), 10, 64)
+		if _, ok := s.layers[id]; err != nil || !ok {
+			s.removeLater(filepath.Join(s.dir, "layers", e.Name()))
+		}
+	}
+	trash, _ := os.ReadDir(filepath.Join(s.dir, "trash"))
+	for _, e := range trash {
+		s.removeLater(filepath.Join(s.dir, "trash", e.Name()))
+	}
+}
+
+// reclaimLocked drops every layer no live branch references: its index
+// entries at once, its directory in the background.
+func (s *Store) reclaimLocked() {
+	used := map[*layer]bool{}
+	for _, b := range s.branches {
+		if b.stale {
+			continue
+		}
+		for _, l := range b.chain {
+			used[l] = true
+		}
+		if b.snap != nil {
+			used[b.snap] = true
+		}
+	}
+	for id, l := range s.layers {
+		if used[l] {
+			continue
+		}
+		delete(s.layers, id)
+		s.unindexLayer(l)
+		if _, err := os.Lstat(l.dir); err == nil {
+			trash := filepath.Join(s.dir, "trash", strconv.FormatUint(id, 10))
+			os.MkdirAll(filepath.Dir(trash), 0o700)
+			if err := os.Rename(l.dir, trash); err == nil {
+				s.removeLater(trash)
+			} else {
+				s.removeLater(l.dir)
+			}
+		}
+	}
+}
+
+func (s *Store) removeLater(path string) {
+	s.gc.Add(1)
+	go func() {
+		defer s.gc.Done()
+		if err := removeAll(path); err != nil {
+			s.log.Warn("reclaim", "path", path, "err", err)
+		}
+	}()
+}
+
+func itob(v uint64) []byte { return []byte(strconv.FormatUint(v, 10)) }
+func btoi(b []byte) uint64 {
+	v, _ := strconv.ParseUint(string(b), 10, 64)
+	return v
+}
