@@ -363,9 +363,7 @@ func (h *harness) makeGoMod(ctx context.Context) error {
 	cmd.Env = goEnv(h.cfg.GoCache)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		h.cfg.Logger.Warn("go module does not build; go-build will be skipped", "module", src, "err", err)
-		h.goBin = ""
-		h.rep.Skipped = append(h.rep.Skipped, Skip{System: "*", Case: "go-build",
-			Reason: fmt.Sprintf("module %s does not build: %v: %s", src, err, bytes.TrimSpace(out))})
+		h.goSkip = fmt.Sprintf("module %s does not build: %v: %s", src, err, bytes.TrimSpace(out))
 	}
 	return nil
 }

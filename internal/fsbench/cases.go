@@ -402,7 +402,7 @@ func needGo(e *env) string {
 	if e.h.goBin == "" {
 		return "no go command found"
 	}
-	return ""
+	return e.h.goSkip
 }
 
 // runGit times one git command in root/repo and checks that it sees the

@@ -245,6 +245,7 @@ type harness struct {
 	branchBases map[int]string
 	goModPath   string // module path of base/gomod
 	goBin       string // the go command, "" if none
+	goSkip      string // why go-build cannot run, "" if it can
 	uses        int    // use* bits of the selected cases
 	repoChanges int    // uncommitted changed files in base/repo
 	tmp         string // harness-only files outside every root

@@ -157,13 +157,28 @@ func (r Report) Table(w io.Writer) {
 	}
 	tw.Flush()
 	if len(r.Skipped) > 0 {
+		// One line per system and reason: "native: not a Brancher: commit-1K, ...".
 		fmt.Fprintln(w, "\nskipped:")
+		type key struct{ system, reason string }
+		var order []key
+		byKey := map[key][]string{}
 		for _, s := range r.Skipped {
-			what := s.System
-			if s.Case != "" {
-				what += "/" + s.Case
+			k := key{s.System, strings.TrimPrefix(s.Reason, "commit: ")}
+			if _, ok := byKey[k]; !ok {
+				order = append(order, k)
 			}
-			fmt.Fprintf(w, "  %s: %s\n", what, s.Reason)
+			if s.Case != "" {
+				byKey[k] = append(byKey[k], s.Case)
+			} else if byKey[k] == nil {
+				byKey[k] = []string{}
+			}
+		}
+		for _, k := range order {
+			if cs := byKey[k]; len(cs) > 0 {
+				fmt.Fprintf(w, "  %s: %s: %s\n", k.system, k.reason, strings.Join(cs, ", "))
+			} else {
+				fmt.Fprintf(w, "  %s: %s\n", k.system, k.reason)
+			}
 		}
 	}
 }
