@@ -14,6 +14,7 @@ type Res struct {
 	Depth int    // the depth of the layer it comes from; 0 is the base
 	Kind  kind
 	Ino   uint64 // the inode number to report (0: the real file's)
+	Lower bool   // a branch other than main sees it below its head: a write copies it up
 	cut   int    // for a directory: the depth below which its content is hidden
 }
 
@@ -88,6 +89,7 @@ func (s *Store) resolve(b *Branch, rel string, max int) (Res, error) {
 			return Res{}, syscall.ENOENT
 		}
 		if j < 0 {
+			res.Lower = len(b.chain) > 0 && res.Depth < len(b.chain)
 			return res, nil
 		}
 		if res.Kind != kDir {

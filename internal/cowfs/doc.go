@@ -1,0 +1,26 @@
+// Package cowfs is the FUSE filesystem (go-fuse v2) that shows a store's
+// branches: the mount root shows the mount's current branch, /@NAME shows
+// any branch and /@NAME/@CHILD its children, and a .branchfs_ctl file at
+// each of those roots takes BranchFS's control writes (create:NAME,
+// switch:NAME, commit, abort) and ioctls (CREATE 0x80806200 filling a
+// 128-byte buffer with the new name, COMMIT 0x6201, ABORT 0x6202; a lost
+// first-commit-wins race is ESTALE).
+//
+// Every operation resolves its node's path through the store, so a node
+// costs nothing but its path; a first write copies the file up into the
+// branch's head. Inode numbers are the real files' (a copy-up keeps the
+// original's), and a node's go-fuse identity carries its view in the
+// generation, so /f and /@b/f are different kernel inodes.
+//
+// As root, opened files are served by FUSE passthrough: the kernel does the
+// data I/O on our file descriptor and the daemon sees no reads or writes.
+// The kernel keeps one backing file per FUSE inode, so an open that needs
+// the branch's copy while a descriptor on the lower copy of the same inode is
+// still open waits up to a second for it to close, then fails with ETXTBSY.
+// A branch with a quota is served without passthrough, so that its writes can
+// be counted.
+//
+// Locking: FS.mu guards the current branch of the mount; each node's handle
+// counts are guarded by node.mu. The store's own lock makes each operation
+// atomic against commits. FUSE handlers never spawn processes.
+package cowfs

@@ -1,0 +1,363 @@
+package cowfs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/store"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// Config configures a mount. The zero value of each optional field means its default.
+type Config struct {
+	Store      *store.Store
+	Mountpoint string
+	Branch     string // shown at the root; default main
+	// Passthrough serves opened files by FUSE passthrough; default: when
+	// running as root (the kernel allows it only then).
+	Passthrough *bool
+	// NoControl hides the .branchfs_ctl files and the /@NAME views (tree
+	// nodes' mounts use it).
+	NoControl bool
+	// Hooks the owner runs around control operations made through the
+	// mount (so that a daemon can keep its other mounts of the same store in
+	// step). Each may be nil.
+	OnCommit func(res store.CommitResult, child string)
+	OnAbort  func(dropped []string)
+	Logger   *slog.Logger
+	Debug    bool
+}
+
+// FS is one mounted branchable view of a store.
+type FS struct {
+	st          *store.Store
+	cfg         Config
+	passthrough bool
+	control     bool
+	log         *slog.Logger
+	server      *fuse.Server
+	root        *node
+
+	mu      sync.Mutex // guards current and seq
+	current string
+	seq     int
+
+	bg sync.WaitGroup // invalidations in flight
+}
+
+const (
+	ctlName = ".branchfs_ctl"
+	ctlIno  = 1<<63 - 2 // outside the real inode range of any filesystem here
+	// BranchFS's ioctl numbers.
+	ioctlCreate = 0x80806200 // _IOR('b', 0, char[128])
+	ioctlCommit = 0x6201
+	ioctlAbort  = 0x6202
+)
+
+// Mount mounts the store at cfg.Mountpoint and returns once the kernel shows it.
+func Mount(cfg Config) (*FS, error) {
+	if cfg.Store == nil || cfg.Mountpoint == "" {
+		return nil, api.Errorf(api.ErrBadRequest, "cowfs: Store and Mountpoint are required")
+	}
+	if cfg.Branch == "" {
+		cfg.Branch = store.Main
+	}
+	if _, err := cfg.Store.Branch(cfg.Branch); err != nil {
+		return nil, fmt.Errorf("cowfs: %w", err)
+	}
+	root := os.Geteuid() == 0
+	pt := root
+	if cfg.Passthrough != nil {
+		pt = *cfg.Passthrough && root
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	f := &FS{st: cfg.Store, cfg: cfg, passthrough: pt, control: !cfg.NoControl, log: log, current: cfg.Branch}
+	f.root = &node{fs: f}
+	ttl := time.Second
+	opts := &fs.Options{
+		EntryTimeout: &ttl, AttrTimeout: &ttl, NegativeTimeout: &ttl,
+		MountOptions: fuse.MountOptions{
+			FsName:             cfg.Store.Base(),
+			Name:               "branchfs",
+			DirectMount:        root,
+			AllowOther:         root,
+			MaxWrite:           1 << 20,
+			DisableReadDirPlus: true,
+			Options:            []string{"default_permissions"},
+			Debug:              cfg.Debug,
+		},
+		// The store keeps the real inode numbers; go-fuse must not invent its own.
+		FirstAutomaticIno: 1 << 62,
+	}
+	if !pt {
+		opts.MountOptions.DisabledCapabilities = fuse.CAP_PASSTHROUGH
+	}
+	srv, err := fs.Mount(cfg.Mountpoint, f.root, opts)
+	if err != nil {
+		return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
+	}
+	f.server = srv
+	f.root.root = &f.root.Inode
+	return f, nil
+}
+
+func (f *FS) rootInode() *fs.Inode { return &f.root.Inode }
+
+// Passthrough reports whether opened files are served by FUSE passthrough.
+func (f *FS) Passthrough() bool { return f.passthrough }
+
+// Store is the store the mount shows.
+func (f *FS) Store() *store.Store { return f.st }
+
+// Mountpoint is where it is mounted.
+func (f *FS) Mountpoint() string { return f.cfg.Mountpoint }
+
+// Unmount unmounts; a busy mount fails with api.ErrBusy unless force, which
+// detaches it lazily.
+func (f *FS) Unmount(force bool) error {
+	err := f.server.Unmount()
+	if err != nil && force {
+		err = unix.Unmount(f.cfg.Mountpoint, unix.MNT_DETACH)
+	}
+	if err != nil {
+		if strings.Contains(err.Error(), "busy") || err == syscall.EBUSY {
+			return api.Errorf(api.ErrBusy, "unmount %s: the mount is in use", f.cfg.Mountpoint)
+		}
+		return fmt.Errorf("unmount %s: %w", f.cfg.Mountpoint, err)
+	}
+	f.server.Wait()
+	f.bg.Wait()
+	return nil
+}
+
+// Current is the branch the mount root shows.
+func (f *FS) Current() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.current
+}
+
+func (f *FS) currentBranch() (*store.Branch, error) {
+	return f.st.Branch(f.Current())
+}
+
+// Switch makes the mount root show name.
+func (f *FS) Switch(name string) error {
+	b, err := f.st.Branch(name)
+	if err != nil {
+		return fmt.Errorf("switch: %w", err)
+	}
+	if b.Stale() {
+		return api.Errorf(api.ErrStale, "switch %s: the branch is stale", name)
+	}
+	f.setCurrent(name)
+	return nil
+}
+
+func (f *FS) setCurrent(name string) {
+	f.mu.Lock()
+	old := f.current
+	f.current = name
+	f.mu.Unlock()
+	if old != name {
+		f.invalidateRoot()
+	}
+}
+
+// Create forks parent (the current branch if empty) into name and, if the
+// parent is what the root shows, switches the root to it.
+func (f *FS) Create(name, parent string) error {
+	cur := f.Current()
+	if parent == "" {
+		parent = cur
+	}
+	if err := f.st.Fork(parent, name); err != nil {
+		return err
+	}
+	if parent == cur {
+		f.setCurrent(name)
+	}
+	return nil
+}
+
+// NewName returns a fresh branch name for the CREATE ioctl.
+func (f *FS) newName() string {
+	for {
+		f.mu.Lock()
+		f.seq++
+		n := fmt.Sprintf("branch-%d-%d", time.Now().UnixNano()%1e9, f.seq)
+		f.mu.Unlock()
+		if _, err := f.st.Branch(n); err != nil {
+			return n
+		}
+	}
+}
+
+// Commit commits branch (the current one if empty) into its parent. A mount
+// that showed it shows the parent afterwards.
+func (f *FS) Commit(branch string, durable bool) (store.CommitResult, error) {
+	if branch == "" {
+		branch = f.Current()
+	}
+	res, err := f.st.Commit(branch, durable)
+	if err != nil {
+		return res, err
+	}
+	f.Committed(res, branch)
+	if f.cfg.OnCommit != nil {
+		f.cfg.OnCommit(res, branch)
+	}
+	return res, nil
+}
+
+// Committed brings the mount in step with a commit made elsewhere.
+func (f *FS) Committed(res store.CommitResult, child string) {
+	f.mu.Lock()
+	showed := f.current == child
+	if showed {
+		f.current = res.Parent
+	}
+	f.mu.Unlock()
+	f.invalidateRoot()
+}
+
+// Abort drops branch (the current one if empty) and its subtree; a mount
+// that showed one of them shows the branch's parent.
+func (f *FS) Abort(branch string) error {
+	if branch == "" {
+		branch = f.Current()
+	}
+	b, err := f.st.Branch(branch)
+	if err != nil {
+		return fmt.Errorf("abort: %w", err)
+	}
+	parent := b.Parent
+	dropped := f.st.Subtree(branch)
+	if err := f.st.Abort(branch); err != nil {
+		return err
+	}
+	f.Aborted(dropped, parent)
+	if f.cfg.OnAbort != nil {
+		f.cfg.OnAbort(dropped)
+	}
+	return nil
+}
+
+// Aborted brings the mount in step with an abort made elsewhere.
+func (f *FS) Aborted(dropped []string, parent string) {
+	f.mu.Lock()
+	hit := false
+	for _, d := range dropped {
+		if d == f.current {
+			hit = true
+		}
+	}
+	if hit {
+		if parent == "" {
+			parent = store.Main
+		}
+		f.current = parent
+	}
+	f.mu.Unlock()
+	if hit {
+		f.invalidateRoot()
+	}
+}
+
+// invalidateRoot makes the kernel forget what it knows under the root (a
+// switch or a commit changed what it shows), in the background: a
+// notification must not run inside a FUSE request that holds kernel locks.
+func (f *FS) invalidateRoot() {
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		r := f.rootInode()
+		names := map[string]bool{}
+		for name := range r.Children() {
+			if name != ctlName && !strings.HasPrefix(name, "@") {
+				names[name] = true
+			}
+		}
+		if b, err := f.currentBranch(); err == nil {
+			if ents, err := f.st.ReadDir(b, ""); err == nil {
+				for _, e := range ents {
+					names[e.Name] = true
+				}
+			}
+		}
+		for name := range names {
+			r.RmChild(name)
+			r.NotifyEntry(name)
+		}
+		r.NotifyContent(0, 0)
+	}()
+}
+
+// InvalidateAll makes the kernel forget every entry it knows (a commit into
+// a branch this mount shows changed files under it).
+func (f *FS) InvalidateAll() {
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		var walk func(in *fs.Inode)
+		walk = func(in *fs.Inode) {
+			for name, c := range in.Children() {
+				if name == ctlName {
+					continue
+				}
+				walk(c)
+				in.NotifyEntry(name)
+			}
+		}
+		walk(f.rootInode())
+	}()
+}
+
+// viewInode is the /@NAME node under a view root.
+func (f *FS) viewInode(ctx context.Context, parent *node, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if !f.control {
+		return nil, syscall.ENOENT
+	}
+	b, err := f.st.Branch(name)
+	if err != nil {
+		return nil, syscall.ENOENT
+	}
+	if parent.br != nil && b.Parent != parent.br.Name {
+		return nil, syscall.ENOENT // /@NAME/@CHILD: only NAME's children
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(f.st.Base(), &st); err != nil {
+		return nil, errno(err)
+	}
+	v := &node{fs: f, br: b, at: true}
+	in := parent.NewInode(ctx, v, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: 1<<62 + b.ID*2 + 1, Gen: 1})
+	v.root = in
+	out.Attr.FromStat(sysStat(&st))
+	out.Attr.Ino = in.StableAttr().Ino
+	if b.Stale() {
+		out.SetEntryTimeout(0)
+		out.SetAttrTimeout(0)
+	}
+	return in, 0
+}
+
+// realOf is the real path of rel in b (after a create: in the head).
+func (f *FS) realOf(b *store.Branch, rel string) string {
+	res, err := f.st.Resolve(b, rel)
+	if err != nil {
+		return ""
+	}
+	return res.Real
+}

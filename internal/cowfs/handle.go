@@ -1,0 +1,146 @@
+package cowfs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	"github.com/arbor-dev/arbor/internal/store"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// handle is one open file: our descriptor on the real file.
+type handle struct {
+	mu          sync.Mutex // guards fd against Release
+	fd          int
+	n           *node
+	br          *store.Branch
+	real        string
+	write       bool // counted in the store's writers
+	lower       bool // counted in n.lowerOpen
+	passthrough bool
+}
+
+var (
+	_ fs.FileReader          = (*handle)(nil)
+	_ fs.FileWriter          = (*handle)(nil)
+	_ fs.FileReleaser        = (*handle)(nil)
+	_ fs.FileGetattrer       = (*handle)(nil)
+	_ fs.FileSetattrer       = (*handle)(nil)
+	_ fs.FileFlusher         = (*handle)(nil)
+	_ fs.FileFsyncer         = (*handle)(nil)
+	_ fs.FileAllocater       = (*handle)(nil)
+	_ fs.FileLseeker         = (*handle)(nil)
+	_ fs.FilePassthroughFder = (*handle)(nil)
+	_ fs.FileIoctler         = (*handle)(nil)
+)
+
+func (h *handle) PassthroughFd() (int, bool) { return h.fd, h.passthrough }
+
+func (h *handle) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n, err := unix.Pread(h.fd, buf, off)
+	if err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	return fuse.ReadResultData(buf[:n]), 0
+}
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if h.br.Quota > 0 {
+		var st unix.Stat_t
+		if err := unix.Fstat(h.fd, &st); err != nil {
+			return 0, fs.ToErrno(err)
+		}
+		if grow := off + int64(len(data)) - st.Size; grow > 0 {
+			if err := h.n.fs.st.Grow(h.br, grow); err != nil {
+				return 0, fs.ToErrno(err)
+			}
+		}
+	}
+	n, err := unix.Pwrite(h.fd, data, off)
+	return uint32(n), fs.ToErrno(err)
+}
+
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.fd < 0 {
+		return syscall.EBADF
+	}
+	err := unix.Close(h.fd)
+	h.fd = -1
+	if h.write {
+		h.n.fs.st.CloseWrite(h.real)
+	}
+	if h.lower {
+		h.n.closeLower()
+	}
+	return fs.ToErrno(err)
+}
+
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	// Like close(2) on a dup, so that locks and NFS-style semantics hold.
+	fd, err := unix.Dup(h.fd)
+	if err != nil {
+		return fs.ToErrno(err)
+	}
+	return fs.ToErrno(unix.Close(fd))
+}
+
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	return fs.ToErrno(unix.Fsync(h.fd))
+}
+
+func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	var st unix.Stat_t
+	if err := unix.Fstat(h.fd, &st); err != nil {
+		return fs.ToErrno(err)
+	}
+	h.n.fill(&out.Attr, &st)
+	return 0
+}
+
+func (h *handle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if sz, ok := in.GetSize(); ok {
+		if h.br.Quota > 0 {
+			var st unix.Stat_t
+			if err := unix.Fstat(h.fd, &st); err == nil && int64(sz) > st.Size {
+				if err := h.n.fs.st.Grow(h.br, int64(sz)-st.Size); err != nil {
+					return fs.ToErrno(err)
+				}
+			}
+		}
+		if err := unix.Ftruncate(h.fd, int64(sz)); err != nil {
+			return fs.ToErrno(err)
+		}
+	}
+	if errno := setattrPath(ctx, "/proc/self/fd/"+itoa(h.fd), in, false); errno != 0 {
+		return errno
+	}
+	return h.Getattr(ctx, out)
+}
+
+func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	if h.br.Quota > 0 && mode&unix.FALLOC_FL_KEEP_SIZE == 0 && mode&unix.FALLOC_FL_PUNCH_HOLE == 0 {
+		var st unix.Stat_t
+		if err := unix.Fstat(h.fd, &st); err == nil {
+			if grow := int64(off+size) - st.Size; grow > 0 {
+				if err := h.n.fs.st.Grow(h.br, grow); err != nil {
+					return fs.ToErrno(err)
+				}
+			}
+		}
+	}
+	return fs.ToErrno(unix.Fallocate(h.fd, mode, int64(off), int64(size)))
+}
+
+func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	n, err := unix.Seek(h.fd, int64(off), int(whence))
+	return uint64(n), fs.ToErrno(err)
+}
+
+func (h *handle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input, output []byte) (int32, syscall.Errno) {
+	return -1, syscall.ENOTTY
+}

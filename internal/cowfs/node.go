@@ -1,0 +1,646 @@
+package cowfs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/arbor-dev/arbor/internal/store"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// node is one file system object of one view. Its path is where it sits
+// under its view root.
+type node struct {
+	fs.Inode
+	fs   *FS
+	br   *store.Branch // nil for the mount root: it shows the current branch
+	root *fs.Inode     // its view root (the mount root or an /@NAME node)
+	at   bool          // the view is an /@NAME one
+
+	mu        sync.Mutex // guards lowerOpen
+	lowerOpen int        // descriptors open on a lower copy of this inode
+	lowerGone *sync.Cond
+}
+
+var (
+	_ fs.NodeLookuper      = (*node)(nil)
+	_ fs.NodeGetattrer     = (*node)(nil)
+	_ fs.NodeSetattrer     = (*node)(nil)
+	_ fs.NodeOpener        = (*node)(nil)
+	_ fs.NodeCreater       = (*node)(nil)
+	_ fs.NodeMkdirer       = (*node)(nil)
+	_ fs.NodeMknoder       = (*node)(nil)
+	_ fs.NodeSymlinker     = (*node)(nil)
+	_ fs.NodeLinker        = (*node)(nil)
+	_ fs.NodeReadlinker    = (*node)(nil)
+	_ fs.NodeUnlinker      = (*node)(nil)
+	_ fs.NodeRmdirer       = (*node)(nil)
+	_ fs.NodeRenamer       = (*node)(nil)
+	_ fs.NodeReaddirer     = (*node)(nil)
+	_ fs.NodeGetxattrer    = (*node)(nil)
+	_ fs.NodeSetxattrer    = (*node)(nil)
+	_ fs.NodeListxattrer   = (*node)(nil)
+	_ fs.NodeRemovexattrer = (*node)(nil)
+	_ fs.NodeStatfser      = (*node)(nil)
+	_ fs.NodeFsyncer       = (*node)(nil)
+	_ fs.NodeIoctler       = (*node)(nil)
+)
+
+// branch is the branch the node shows.
+func (n *node) branch() (*store.Branch, error) {
+	if n.br != nil {
+		return n.br, nil
+	}
+	return n.fs.currentBranch()
+}
+
+// rel is the node's path in its branch.
+func (n *node) rel() string {
+	if &n.Inode == n.root {
+		return ""
+	}
+	return n.Path(n.root)
+}
+
+func (n *node) resolve() (*store.Branch, string, store.Res, syscall.Errno) {
+	b, err := n.branch()
+	if err != nil {
+		return nil, "", store.Res{}, errno(err)
+	}
+	rel := n.rel()
+	if strings.HasPrefix(rel, ".go-fuse") || strings.Contains(rel, "/.go-fuse.") {
+		return nil, "", store.Res{}, syscall.ENOENT // orphaned by a switch or a commit
+	}
+	res, err := n.fs.st.Resolve(b, rel)
+	if err != nil {
+		return nil, "", store.Res{}, errno(err)
+	}
+	return b, rel, res, 0
+}
+
+func errno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return fs.ToErrno(err)
+}
+
+func itoa(fd int) string { return strconv.Itoa(fd) }
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// fill converts a stat, keeping the node's stable inode number.
+func (n *node) fill(a *fuse.Attr, st *unix.Stat_t) {
+	a.FromStat(sysStat(st))
+	if ino := n.StableAttr().Ino; ino != 0 && &n.Inode != n.fs.rootInode() {
+		a.Ino = ino
+	}
+}
+
+// child makes the inode for a resolved name under n.
+func (n *node) child(ctx context.Context, name string, res store.Res, st *unix.Stat_t, out *fuse.EntryOut) *fs.Inode {
+	ino := res.Ino
+	if ino == 0 {
+		ino = st.Ino
+	}
+	b, _ := n.branch()
+	gen := b.ID * 2
+	if n.at {
+		gen++
+	}
+	c := &node{fs: n.fs, br: b, root: n.root, at: n.at}
+	in := n.NewInode(ctx, c, fs.StableAttr{Mode: st.Mode & unix.S_IFMT, Ino: ino, Gen: gen})
+	out.Attr.FromStat(sysStat(st))
+	out.Attr.Ino = ino
+	return in
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if &n.Inode == n.root {
+		if name == ctlName {
+			return n.fs.ctlInode(ctx, n, out)
+		}
+		if strings.HasPrefix(name, "@") {
+			return n.fs.viewInode(ctx, n, name[1:], out)
+		}
+	}
+	b, err := n.branch()
+	if err != nil {
+		return nil, errno(err)
+	}
+	rel := join(n.rel(), name)
+	res, err := n.fs.st.Resolve(b, rel)
+	if err != nil {
+		return nil, errno(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(res.Real, &st); err != nil {
+		return nil, errno(err)
+	}
+	return n.child(ctx, name, res, &st, out), 0
+}
+
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if h, ok := f.(*handle); ok {
+		return h.Getattr(ctx, out)
+	}
+	_, _, res, e := n.resolve()
+	if e != 0 {
+		return e
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(res.Real, &st); err != nil {
+		return errno(err)
+	}
+	n.fill(&out.Attr, &st)
+	if res.Ino != 0 {
+		out.Attr.Ino = res.Ino
+	}
+	return 0
+}
+
+func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if h, ok := f.(*handle); ok && h.write {
+		return h.Setattr(ctx, in, out)
+	}
+	b, rel, res, e := n.resolve()
+	if e != 0 {
+		return e
+	}
+	if sz, ok := in.GetSize(); ok {
+		var st unix.Stat_t
+		if err := unix.Lstat(res.Real, &st); err == nil && int64(sz) > st.Size {
+			if err := n.fs.st.Grow(b, int64(sz)-st.Size); err != nil {
+				return errno(err)
+			}
+		}
+	}
+	if res.Lower && !res.IsDir() {
+		if e := n.waitLower(); e != 0 {
+			return e
+		}
+	}
+	real, err := n.fs.st.CopyUp(b, rel)
+	if err != nil {
+		return errno(err)
+	}
+	if sz, ok := in.GetSize(); ok {
+		if err := unix.Truncate(real, int64(sz)); err != nil {
+			return errno(err)
+		}
+	}
+	if e := setattrPath(ctx, real, in, true); e != 0 {
+		return e
+	}
+	return n.Getattr(ctx, nil, out)
+}
+
+// setattrPath applies mode, owner and times (not size) to a real path.
+func setattrPath(ctx context.Context, real string, in *fuse.SetAttrIn, nofollow bool) syscall.Errno {
+	if m, ok := in.GetMode(); ok {
+		if err := unix.Chmod(real, m&07777); err != nil {
+			return errno(err)
+		}
+	}
+	uid, uok := in.GetUID()
+	gid, gok := in.GetGID()
+	if uok || gok {
+		u, g := -1, -1
+		if uok {
+			u = int(uid)
+		}
+		if gok {
+			g = int(gid)
+		}
+		if err := unix.Lchown(real, u, g); err != nil {
+			return errno(err)
+		}
+	}
+	atime, aok := in.GetATime()
+	mtime, mok := in.GetMTime()
+	if aok || mok || in.Valid&(fuse.FATTR_ATIME_NOW|fuse.FATTR_MTIME_NOW) != 0 {
+		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+		if aok {
+			ts[0] = unix.NsecToTimespec(atime.UnixNano())
+		}
+		if mok {
+			ts[1] = unix.NsecToTimespec(mtime.UnixNano())
+		}
+		if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+			ts[0] = unix.Timespec{Nsec: unix.UTIME_NOW}
+		}
+		if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+			ts[1] = unix.Timespec{Nsec: unix.UTIME_NOW}
+		}
+		flags := 0
+		if nofollow {
+			flags = unix.AT_SYMLINK_NOFOLLOW
+		}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, real, ts, flags); err != nil {
+			return errno(err)
+		}
+	}
+	return 0
+}
+
+// waitLower waits (up to a second) until no descriptor is open on a lower
+// copy of this inode: the kernel would keep serving the new descriptor from
+// the old backing file.
+func (n *node) waitLower() syscall.Errno {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.lowerOpen == 0 {
+		return 0
+	}
+	if !n.fs.passthrough {
+		return 0
+	}
+	if n.lowerGone == nil {
+		n.lowerGone = sync.NewCond(&n.mu)
+	}
+	deadline := time.Now().Add(time.Second)
+	t := time.AfterFunc(time.Second, func() {
+		n.mu.Lock()
+		n.lowerGone.Broadcast()
+		n.mu.Unlock()
+	})
+	defer t.Stop()
+	for n.lowerOpen > 0 && time.Now().Before(deadline) {
+		n.lowerGone.Wait()
+	}
+	if n.lowerOpen > 0 {
+		return syscall.ETXTBSY
+	}
+	return 0
+}
+
+func (n *node) closeLower() {
+	n.mu.Lock()
+	n.lowerOpen--
+	if n.lowerGone != nil {
+		n.lowerGone.Broadcast()
+	}
+	n.mu.Unlock()
+}
+
+const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC
+
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	b, rel, res, e := n.resolve()
+	if e != 0 {
+		return nil, 0, e
+	}
+	flags &^= syscall.O_CREAT | syscall.O_EXCL
+	write := flags&writeFlags != 0
+	real := res.Real
+	lower := false
+	if write {
+		if res.Lower {
+			if e := n.waitLower(); e != 0 {
+				return nil, 0, e
+			}
+		}
+		var err error
+		if real, err = n.fs.st.CopyUp(b, rel); err != nil {
+			return nil, 0, errno(err)
+		}
+	} else if res.Lower {
+		lower = true
+	}
+	fd, err := unix.Open(real, int(flags)|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, 0, errno(err)
+	}
+	h := &handle{fd: fd, n: n, br: b, real: real, write: write, lower: lower,
+		passthrough: n.fs.passthrough && b.Quota == 0}
+	if write {
+		n.fs.st.OpenWrite(real)
+	}
+	if lower {
+		n.mu.Lock()
+		n.lowerOpen++
+		n.mu.Unlock()
+	}
+	return h, 0, 0
+}
+
+// owner gives a new object the caller's uid and gid (the daemon runs as
+// root; the kernel checked the caller's permissions already).
+func owner(ctx context.Context, real string, parentReal string) {
+	c, ok := fuse.FromContext(ctx)
+	if !ok || os.Geteuid() != 0 {
+		return
+	}
+	gid := int(c.Gid)
+	var pst unix.Stat_t
+	if unix.Stat(parentReal, &pst) == nil && pst.Mode&unix.S_ISGID != 0 {
+		gid = int(pst.Gid)
+	}
+	unix.Lchown(real, int(c.Uid), gid)
+}
+
+// make creates name under n with mk and looks it up.
+func (n *node) make(ctx context.Context, name string, dir bool, mk func(real string) error, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if &n.Inode == n.root && (name == ctlName || strings.HasPrefix(name, "@")) {
+		return nil, syscall.EPERM
+	}
+	b, err := n.branch()
+	if err != nil {
+		return nil, errno(err)
+	}
+	prel := n.rel()
+	rel := join(prel, name)
+	var made string
+	err = n.fs.st.Create(b, rel, dir, func(real string) error {
+		if err := mk(real); err != nil {
+			return err
+		}
+		made = real
+		d := real[:strings.LastIndexByte(real, '/')]
+		owner(ctx, real, d)
+		return nil
+	})
+	if err != nil {
+		return nil, errno(err)
+	}
+	res, err := n.fs.st.Resolve(b, rel)
+	if err != nil {
+		return nil, errno(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(made, &st); err != nil {
+		return nil, errno(err)
+	}
+	return n.child(ctx, name, res, &st, out), 0
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	fd := -1
+	in, e := n.make(ctx, name, false, func(real string) error {
+		var err error
+		fd, err = unix.Open(real, int(flags)|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
+		return err
+	}, out)
+	if e != 0 {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return nil, nil, 0, e
+	}
+	c := in.Operations().(*node)
+	b, _ := c.branch()
+	real := c.fs.realOf(b, join(n.rel(), name))
+	h := &handle{fd: fd, n: c, br: b, real: real, write: true, passthrough: n.fs.passthrough && b.Quota == 0}
+	n.fs.st.OpenWrite(real)
+	return in, h, 0, 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return n.make(ctx, name, true, func(real string) error { return unix.Mkdir(real, mode) }, out)
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return n.make(ctx, name, false, func(real string) error { return unix.Mknod(real, mode, int(dev)) }, out)
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return n.make(ctx, name, false, func(real string) error { return unix.Symlink(target, real) }, out)
+}
+
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	b, err := n.branch()
+	if err != nil {
+		return nil, errno(err)
+	}
+	tb, _, _, e := t.resolve()
+	if e != 0 {
+		return nil, e
+	}
+	if tb != b {
+		return nil, syscall.EXDEV
+	}
+	rel := join(n.rel(), name)
+	if err := n.fs.st.Link(b, t.rel(), rel); err != nil {
+		return nil, errno(err)
+	}
+	res, err := n.fs.st.Resolve(b, rel)
+	if err != nil {
+		return nil, errno(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(res.Real, &st); err != nil {
+		return nil, errno(err)
+	}
+	return n.child(ctx, name, res, &st, out), 0
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	_, _, res, e := n.resolve()
+	if e != 0 {
+		return nil, e
+	}
+	buf := make([]byte, 4096)
+	for {
+		sz, err := unix.Readlink(res.Real, buf)
+		if err != nil {
+			return nil, errno(err)
+		}
+		if sz < len(buf) {
+			return buf[:sz], 0
+		}
+		buf = make([]byte, len(buf)*2)
+	}
+}
+
+func (n *node) remove(name string, dir bool) syscall.Errno {
+	if &n.Inode == n.root && (name == ctlName || strings.HasPrefix(name, "@")) {
+		return syscall.EPERM
+	}
+	b, err := n.branch()
+	if err != nil {
+		return errno(err)
+	}
+	if err := n.fs.st.Remove(b, join(n.rel(), name), dir); err != nil {
+		return errno(err)
+	}
+	return 0
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno { return n.remove(name, false) }
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno  { return n.remove(name, true) }
+
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	b, err := n.branch()
+	if err != nil {
+		return errno(err)
+	}
+	nb, err := np.branch()
+	if err != nil {
+		return errno(err)
+	}
+	if nb != b || np.root != n.root {
+		return syscall.EXDEV
+	}
+	for _, x := range []struct {
+		p    *node
+		name string
+	}{{n, name}, {np, newName}} {
+		if &x.p.Inode == x.p.root && (x.name == ctlName || strings.HasPrefix(x.name, "@")) {
+			return syscall.EPERM
+		}
+	}
+	if err := n.fs.st.Rename(b, join(n.rel(), name), join(np.rel(), newName), flags); err != nil {
+		return errno(err)
+	}
+	return 0
+}
+
+func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	b, rel, _, e := n.resolve()
+	if e != 0 {
+		return nil, e
+	}
+	ents, err := n.fs.st.ReadDir(b, rel)
+	if err != nil {
+		return nil, errno(err)
+	}
+	out := make([]fuse.DirEntry, 0, len(ents)+1)
+	for _, d := range ents {
+		out = append(out, fuse.DirEntry{Name: d.Name, Mode: d.Mode, Ino: d.Ino})
+	}
+	if &n.Inode == n.root && n.fs.control {
+		out = append(out, fuse.DirEntry{Name: ctlName, Mode: syscall.S_IFREG, Ino: ctlIno})
+	}
+	return fs.NewListDirStream(out), 0
+}
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if attr == "user.arbor.ino" {
+		return 0, syscall.ENODATA
+	}
+	_, _, res, e := n.resolve()
+	if e != 0 {
+		return 0, e
+	}
+	sz, err := unix.Lgetxattr(res.Real, attr, dest)
+	return uint32(sz), errno(err)
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if strings.HasPrefix(attr, "user.arbor.") {
+		return syscall.EPERM
+	}
+	b, rel, _, e := n.resolve()
+	if e != 0 {
+		return e
+	}
+	real, err := n.fs.st.CopyUp(b, rel)
+	if err != nil {
+		return errno(err)
+	}
+	return errno(unix.Lsetxattr(real, attr, data, int(flags)))
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if strings.HasPrefix(attr, "user.arbor.") {
+		return syscall.ENODATA
+	}
+	b, rel, res, e := n.resolve()
+	if e != 0 {
+		return e
+	}
+	if _, err := unix.Lgetxattr(res.Real, attr, nil); err != nil {
+		return errno(err)
+	}
+	real, err := n.fs.st.CopyUp(b, rel)
+	if err != nil {
+		return errno(err)
+	}
+	return errno(unix.Lremovexattr(real, attr))
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	_, _, res, e := n.resolve()
+	if e != 0 {
+		return 0, e
+	}
+	sz, err := unix.Llistxattr(res.Real, nil)
+	if err != nil {
+		return 0, errno(err)
+	}
+	buf := make([]byte, sz)
+	if sz, err = unix.Llistxattr(res.Real, buf); err != nil {
+		return 0, errno(err)
+	}
+	var out []byte
+	for _, a := range strings.Split(string(buf[:sz]), "\x00") {
+		if a != "" && !strings.HasPrefix(a, "user.arbor.") {
+			out = append(append(out, a...), 0)
+		}
+	}
+	if len(dest) == 0 {
+		return uint32(len(out)), 0
+	}
+	if len(dest) < len(out) {
+		return uint32(len(out)), syscall.ERANGE
+	}
+	return uint32(copy(dest, out)), 0
+}
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	var st unix.Statfs_t
+	if err := unix.Statfs(n.fs.st.Base(), &st); err != nil {
+		return errno(err)
+	}
+	out.FromStatfsT((*syscall.Statfs_t)(unsafe.Pointer(&st)))
+	return 0
+}
+
+func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	if h, ok := f.(*handle); ok {
+		return h.Fsync(ctx, flags)
+	}
+	_, _, res, e := n.resolve()
+	if e != 0 {
+		return e
+	}
+	fd, err := unix.Open(res.Real, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return errno(err)
+	}
+	defer unix.Close(fd)
+	return errno(unix.Fsync(fd))
+}
+
+func (n *node) Ioctl(ctx context.Context, f fs.FileHandle, cmd uint32, arg uint64, input, output []byte) (int32, syscall.Errno) {
+	return -1, syscall.ENOTTY
+}
+
+// sysStat views a unix.Stat_t as the identical syscall.Stat_t go-fuse takes.
+func sysStat(st *unix.Stat_t) *syscall.Stat_t { return (*syscall.Stat_t)(unsafe.Pointer(st)) }
