@@ -1,0 +1,275 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/arbor-dev/arbor/api"
+)
+
+// maxReply bounds one reply line (a tree_nodes of a very large tree).
+const maxReply = 256 << 20
+
+// maxIdle bounds the pool of idle connections.
+const maxIdle = 16
+
+// Client talks to arbord over its Unix socket.
+type Client struct {
+	path string
+
+	mu     sync.Mutex // guards idle and closed
+	idle   []*conn
+	closed bool
+}
+
+type conn struct {
+	nc net.Conn
+	br *bufio.Reader
+}
+
+// New returns a client of the socket at socketPath; it connects lazily.
+func New(socketPath string) *Client { return &Client{path: socketPath} }
+
+// Dial returns a client of the socket at socketPath after checking that
+// something accepts connections there.
+func Dial(ctx context.Context, socketPath string) (*Client, error) {
+	c := New(socketPath)
+	cn, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.put(cn)
+	return c, nil
+}
+
+// Close closes the idle connections; calls in flight finish on theirs, and
+// later calls fail.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle, c.closed = nil, true
+	c.mu.Unlock()
+	for _, cn := range idle {
+		cn.nc.Close()
+	}
+	return nil
+}
+
+var errClosed = errors.New("arbor client: closed")
+
+func (c *Client) dial(ctx context.Context) (*conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", c.path)
+	if err != nil {
+		return nil, fmt.Errorf("arbor client: connecting to arbord: %w", err)
+	}
+	return &conn{nc: nc, br: bufio.NewReaderSize(nc, 64<<10)}, nil
+}
+
+// get returns an idle connection (reused true) or a new one.
+func (c *Client) get(ctx context.Context) (*conn, bool, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, false, errClosed
+	}
+	if n := len(c.idle); n > 0 {
+		cn := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		c.mu.Unlock()
+		return cn, true, nil
+	}
+	c.mu.Unlock()
+	cn, err := c.dial(ctx)
+	return cn, false, err
+}
+
+func (c *Client) put(cn *conn) {
+	c.mu.Lock()
+	if !c.closed && len(c.idle) < maxIdle {
+		c.idle = append(c.idle, cn)
+		cn = nil
+	}
+	c.mu.Unlock()
+	if cn != nil {
+		cn.nc.Close()
+	}
+}
+
+// Do sends one request and returns its reply. A reply with status "error"
+// is returned as an *api.Error (and the reply itself).
+func (c *Client) Do(ctx context.Context, req api.Request) (api.Response, error) {
+	if req.Op == api.OpTreeWatch {
+		return api.Response{}, fmt.Errorf("arbor client: use Watch for %s: %w", req.Op, api.ErrBadRequest)
+	}
+	line, err := json.Marshal(req)
+	if err != nil {
+		return api.Response{}, fmt.Errorf("arbor client: encoding %s: %w", req.Op, err)
+	}
+	line = append(line, '\n')
+	for attempt := 0; ; attempt++ {
+		cn, reused, err := c.get(ctx)
+		if err != nil {
+			return api.Response{}, err
+		}
+		resp, poisoned, err := cn.roundTrip(ctx, line)
+		if err == nil && poisoned {
+			cn.nc.Close()
+			return resp, replyError(resp)
+		}
+		if err != nil {
+			cn.nc.Close()
+			// An idle connection the daemon closed (a restart) fails at once;
+			// retry once on a fresh one, but only where repeating is harmless.
+			if reused && attempt == 0 && ctx.Err() == nil && readOnly[req.Op] && connGone(err) {
+				continue
+			}
+			if ctx.Err() != nil {
+				return api.Response{}, fmt.Errorf("arbor client: %s: %w", req.Op, ctx.Err())
+			}
+			return api.Response{}, fmt.Errorf("arbor client: %s: %w", req.Op, err)
+		}
+		c.put(cn)
+		return resp, replyError(resp)
+	}
+}
+
+// replyError turns an error reply into an *api.Error.
+func replyError(resp api.Response) error {
+	if resp.Status != api.StatusError {
+		return nil
+	}
+	code := resp.Code
+	if code == "" {
+		code = api.CodeInternal
+	}
+	return &api.Error{Code: code, Message: resp.Message}
+}
+
+var readOnly = map[string]bool{
+	api.OpPing: true, api.OpTreeNodes: true, api.OpTreeList: true,
+	api.OpWsList: true, api.OpWsDiff: true, api.OpWsMounts: true,
+}
+
+func connGone(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// roundTrip writes one request line and reads one reply, within ctx. It
+// reports poisoned if ctx's cancellation touched the connection's deadline
+// (possibly after the reply arrived): such a connection is not reused.
+func (cn *conn) roundTrip(ctx context.Context, line []byte) (resp api.Response, poisoned bool, err error) {
+	if ctx.Done() != nil {
+		dl, _ := ctx.Deadline() // zero: no deadline
+		cn.nc.SetDeadline(dl)
+		stop := context.AfterFunc(ctx, func() { cn.nc.SetDeadline(time.Unix(1, 0)) })
+		defer func() { poisoned = !stop() }()
+	} else {
+		cn.nc.SetDeadline(time.Time{})
+	}
+	if _, err := cn.nc.Write(line); err != nil {
+		return api.Response{}, false, err
+	}
+	resp, err = cn.read()
+	return resp, false, err
+}
+
+func (cn *conn) read() (api.Response, error) {
+	b, err := readLine(cn.br)
+	if err != nil {
+		return api.Response{}, err
+	}
+	var resp api.Response
+	if err := json.Unmarshal(b, &resp); err != nil {
+		return api.Response{}, fmt.Errorf("decoding reply: %w", err)
+	}
+	return resp, nil
+}
+
+func readLine(br *bufio.Reader) ([]byte, error) {
+	b, err := br.ReadSlice('\n')
+	if err == nil {
+		return b, nil
+	}
+	var long []byte
+	for errors.Is(err, bufio.ErrBufferFull) {
+		long = append(long, b...)
+		if len(long) > maxReply {
+			return nil, fmt.Errorf("reply longer than %d bytes", maxReply)
+		}
+		b, err = br.ReadSlice('\n')
+	}
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		return nil, err
+	}
+	return append(long, b...), nil
+}
+
+// Watch streams the events of treeID ("" for every tree) until ctx ends or
+// the daemon ends the stream; the channel is closed then. Its goroutine
+// exits when the channel is closed.
+func (c *Client) Watch(ctx context.Context, treeID string) (<-chan api.Event, error) {
+	_, ch, err := c.WatchSnapshot(ctx, treeID)
+	return ch, err
+}
+
+// WatchSnapshot is Watch that also returns the snapshot reply
+// (Status "tree_watching", with the tree's nodes).
+func (c *Client) WatchSnapshot(ctx context.Context, treeID string) (api.Response, <-chan api.Event, error) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return api.Response{}, nil, errClosed
+	}
+	cn, err := c.dial(ctx)
+	if err != nil {
+		return api.Response{}, nil, err
+	}
+	line, _ := json.Marshal(api.Request{Op: api.OpTreeWatch, TreeID: treeID})
+	snap, poisoned, err := cn.roundTrip(ctx, append(line, '\n'))
+	if err == nil {
+		err = replyError(snap)
+	}
+	if err == nil && poisoned {
+		err = context.Canceled
+	}
+	if err != nil {
+		cn.nc.Close()
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return snap, nil, fmt.Errorf("arbor client: tree_watch: %w", err)
+	}
+	cn.nc.SetDeadline(time.Time{})
+	ch := make(chan api.Event, 64)
+	stop := context.AfterFunc(ctx, func() { cn.nc.Close() })
+	go func() {
+		defer close(ch)
+		defer stop()
+		defer cn.nc.Close()
+		for {
+			resp, err := cn.read()
+			if err != nil || resp.Status != "tree_event" || resp.Event == nil {
+				return
+			}
+			select {
+			case ch <- *resp.Event:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return snap, ch, nil
+}

@@ -1,0 +1,339 @@
+package facetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/arbor-dev/arbor/api"
+)
+
+// Face is a client of one API face.
+type Face interface {
+	Do(ctx context.Context, req api.Request) (api.Response, error)
+	Watch(ctx context.Context, treeID string) (<-chan api.Event, error)
+}
+
+// Setup is what a face's test provides to the suite.
+type Setup struct {
+	Face Face
+	// Raw sends malformed input (a JSON-lines line, or an HTTP body to
+	// POST /v1/trees) and returns the error code of the reply.
+	Raw func(ctx context.Context, body []byte) (code string, err error)
+}
+
+// Start serves fake on a face and returns a client of it; it registers its
+// cleanups on t.
+type Start func(t *testing.T, fake *Fake) Setup
+
+// Run runs every scenario, each against a fresh Fake served by start.
+func Run(t *testing.T, start Start) {
+	scenarios := []struct {
+		name string
+		fn   func(t *testing.T, ctx context.Context, s Setup, f *Fake)
+	}{
+		{"Ping", testPing},
+		{"CreateAndNodes", testCreateAndNodes},
+		{"ForkBatch", testForkBatch},
+		{"CommitRace", testCommitRace},
+		{"NotFound", testNotFound},
+		{"Exists", testExists},
+		{"Protected", testProtected},
+		{"BadState", testBadState},
+		{"BadInput", testBadInput},
+		{"Watch", testWatch},
+		{"WatchNotFound", testWatchNotFound},
+		{"Concurrent", testConcurrent},
+		{"HandlerPanic", testPanic},
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			f := NewFake()
+			s := start(t, f)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			sc.fn(t, ctx, s, f)
+		})
+	}
+}
+
+func mustDo(t *testing.T, ctx context.Context, s Setup, req api.Request) api.Response {
+	t.Helper()
+	resp, err := s.Face.Do(ctx, req)
+	if err != nil {
+		t.Fatalf("%s: %v", req.Op, err)
+	}
+	return resp
+}
+
+func wantErr(t *testing.T, err error, sentinel error, what string) {
+	t.Helper()
+	if !errors.Is(err, sentinel) {
+		t.Fatalf("%s: got error %v, want one wrapping %v", what, err, sentinel)
+	}
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Message == "" {
+		t.Fatalf("%s: error %#v is not an *api.Error with a message", what, err)
+	}
+}
+
+func newTree(t *testing.T, ctx context.Context, s Setup) (tree, root string) {
+	t.Helper()
+	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeCreate, TreeID: "demo", Base: "/srv/base", Backend: "dir"})
+	if r.TreeID != "demo" || r.Root == "" {
+		t.Fatalf("tree_create: got tree %q root %q", r.TreeID, r.Root)
+	}
+	return r.TreeID, r.Root
+}
+
+func testPing(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+	r := mustDo(t, ctx, s, api.Request{Op: api.OpPing})
+	if r.Status != "pong" || r.Version != Version {
+		t.Fatalf("ping: got %+v", r)
+	}
+}
+
+func testCreateAndNodes(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+	tree, root := newTree(t, ctx, s)
+	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeNodes, TreeID: tree})
+	if len(r.Nodes) != 1 || r.Nodes[0].ID != root || r.Nodes[0].State != api.StateLive {
+		t.Fatalf("tree_nodes: got %+v", r.Nodes)
+	}
+	if r.Usage == nil || r.Budget == nil || r.Budget.MaxLiveNodes != api.DefaultBudget.MaxLiveNodes {
+		t.Fatalf("tree_nodes: usage %v budget %v", r.Usage, r.Budget)
+	}
+	l := mustDo(t, ctx, s, api.Request{Op: api.OpTreeList})
+	if len(l.Trees) != 1 || l.Trees[0].ID != tree || l.Trees[0].Base != "/srv/base" {
+		t.Fatalf("tree_list: got %+v", l.Trees)
+	}
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeOpen, TreeID: tree})
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeDrop, TreeID: tree})
+	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeNodes, TreeID: tree})
+	wantErr(t, err, api.ErrNotFound, "nodes after drop")
+}
+
+func testForkBatch(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+	tree, root := newTree(t, ctx, s)
+	labels := []string{"minimal", "rewrite", "skip"}
+	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeForkBat, TreeID: tree, SourceID: root, Labels: labels})
+	if len(r.Forks) != 3 || r.LatencyNS <= 0 {
+		t.Fatalf("fork_batch: got %+v", r)
+	}
+	for i, fk := range r.Forks {
+		if fk.Label != labels[i] || fk.NodeID == "" || fk.LatencyNS <= 0 {
+			t.Errorf("fork %d: got %+v", i, fk)
+		}
+	}
+	one := mustDo(t, ctx, s, api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: root, Label: "solo"})
+	if one.NodeID == "" || len(one.Forks) != 1 {
+		t.Fatalf("fork: got %+v", one)
+	}
+	rb := mustDo(t, ctx, s, api.Request{Op: api.OpTreeRollback, TreeID: tree, NodeID: root, Label: "again"})
+	if len(rb.Forks) != 1 {
+		t.Fatalf("rollback: got %+v", rb)
+	}
+	n := mustDo(t, ctx, s, api.Request{Op: api.OpTreeNodes, TreeID: tree})
+	if len(n.Nodes) != 6 {
+		t.Fatalf("after forks: %d nodes, want 6", len(n.Nodes))
+	}
+	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeForkBat, TreeID: tree, SourceID: root})
+	wantErr(t, err, api.ErrBadRequest, "fork_batch without labels")
+}
+
+func testCommitRace(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+	tree, root := newTree(t, ctx, s)
+	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeForkBat, TreeID: tree, SourceID: root, Labels: []string{"a", "b", "c", "d"}})
+	// Commit every child at once: exactly one wins, the rest are stale.
+	var wg sync.WaitGroup
+	errs := make([]error, len(r.Forks))
+	for i, fk := range r.Forks {
+		wg.Go(func() {
+			_, errs[i] = s.Face.Do(ctx, api.Request{Op: api.OpTreeCommit, TreeID: tree, NodeID: fk.NodeID})
+		})
+	}
+	wg.Wait()
+	wins := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			wins++
+		case errors.Is(err, api.ErrStale):
+		default:
+			t.Errorf("commit %d: unexpected error %v", i, err)
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("commit race: %d winners, want exactly 1 (errors %v)", wins, errs)
+	}
+	n := mustDo(t, ctx, s, api.Request{Op: api.OpTreeNodes, TreeID: tree})
+	stale := 0
+	for _, nd := range n.Nodes {
+		if nd.State == api.StateStale {
+			stale++
+		}
+	}
+	if stale != 3 {
+		t.Fatalf("after commit race: %d stale nodes, want 3", stale)
+	}
+}
+
+func testNotFound(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+	for _, req := range []api.Request{
+		{Op: api.OpTreeNodes, TreeID: "nope"},
+		{Op: api.OpTreeDrop, TreeID: "nope"},
+		{Op: api.OpTreeFork, TreeID: "nope", SourceID: "n1", Label: "x"},
+		{Op: api.OpTreeCommit, TreeID: "nope", NodeID: "n1"},
+		{Op: api.OpTreeEvict, TreeID: "nope"},
+	} {
+		_, err := s.Face.Do(ctx, req)
+		wantErr(t, err, api.ErrNotFound, req.Op+" on unknown tree")
+	}
+	tree, _ := newTree(t, ctx, s)
+	for _, op := range []string{api.OpTreeCommit, api.OpTreeAbort, api.OpTreeProtect, api.OpTreeSuspend, api.OpTreePrune} {
+		_, err := s.Face.Do(ctx, api.Request{Op: op, TreeID: tree, NodeID: "n999"})
+		wantErr(t, err, api.ErrNotFound, op+" on unknown node")
+	}
+}
+
+func testExists(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+	newTree(t, ctx, s)
+	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeCreate, TreeID: "demo", Base: "/srv/base"})
+	wantErr(t, err, api.ErrExists, "second tree_create")
+}
+
+func testProtected(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+	tree, root := newTree(t, ctx, s)
+	c := mustDo(t, ctx, s, api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: root, Label: "keep"}).NodeID
+	g := mustDo(t, ctx, s, api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: c, Label: "grandchild"}).NodeID
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeProtect, TreeID: tree, NodeID: g})
+	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreePrune, TreeID: tree, NodeID: c})
+	wantErr(t, err, api.ErrProtected, "prune over a protected descendant")
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeUnprot, TreeID: tree, NodeID: g})
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreePrune, TreeID: tree, NodeID: c})
+	n := mustDo(t, ctx, s, api.Request{Op: api.OpTreeNodes, TreeID: tree})
+	if len(n.Nodes) != 1 {
+		t.Fatalf("after prune: %d nodes, want 1", len(n.Nodes))
+	}
+}
+
+func testBadState(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+	tree, root := newTree(t, ctx, s)
+	c := mustDo(t, ctx, s, api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: root, Label: "x"}).NodeID
+	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeResume, TreeID: tree, NodeID: c})
+	wantErr(t, err, api.ErrState, "resume a live node")
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeSuspend, TreeID: tree, NodeID: c})
+	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeResume, TreeID: tree, NodeID: c})
+	if r.NodeID != c {
+		t.Fatalf("resume: got %+v", r)
+	}
+	ev := mustDo(t, ctx, s, api.Request{Op: api.OpTreeEvict, TreeID: tree})
+	if ev.Status != "tree_evicted" {
+		t.Fatalf("auto_evict: got %+v", ev)
+	}
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeAbort, TreeID: tree, NodeID: c})
+}
+
+func testBadInput(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+	for _, in := range []string{
+		`{"op":`,   // truncated
+		`not json`, // not JSON at all
+		`[1,2]`,    // not an object
+		`{"op":"tree_create","base":"/b","bogus":1}`,     // unknown field
+		`{"op":"tree_create","base":"/b"} {"op":"ping"}`, // trailing data
+		`{"op":"tree_create","base":7}`,                  // wrong type
+	} {
+		code, err := s.Raw(ctx, []byte(in))
+		if err != nil {
+			t.Fatalf("raw %q: %v", in, err)
+		}
+		if code != api.CodeBadRequest {
+			t.Errorf("raw %q: code %q, want %q", in, code, api.CodeBadRequest)
+		}
+	}
+	// The face still works afterwards.
+	mustDo(t, ctx, s, api.Request{Op: api.OpPing})
+}
+
+func testWatch(t *testing.T, ctx context.Context, s Setup, f *Fake) {
+	tree, root := newTree(t, ctx, s)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events, err := s.Face.Watch(wctx, tree)
+	if err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	c := mustDo(t, ctx, s, api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: root, Label: "w"}).NodeID
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeProtect, TreeID: tree, NodeID: c})
+	want := []string{"fork", "protect"}
+	for i, kind := range want {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatalf("watch: stream closed after %d events", i)
+			}
+			if ev.Kind != kind || ev.NodeID != c || ev.TreeID != tree || ev.Seq == 0 {
+				t.Fatalf("event %d: got %+v, want kind %s node %s", i, ev, kind, c)
+			}
+		case <-ctx.Done():
+			t.Fatalf("watch: timed out waiting for event %d (%s)", i, kind)
+		}
+	}
+	cancel()
+	// The stream ends, and the face gives the engine's watch back.
+	deadline := time.After(5 * time.Second)
+	for range events {
+	}
+	for f.Watchers() != 0 {
+		select {
+		case <-deadline:
+			t.Fatalf("watch still open on the engine after the client went away")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func testWatchNotFound(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+	_, err := s.Face.Watch(ctx, "nope")
+	wantErr(t, err, api.ErrNotFound, "watch unknown tree")
+	mustDo(t, ctx, s, api.Request{Op: api.OpPing})
+}
+
+func testConcurrent(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+	tree, root := newTree(t, ctx, s)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16*20)
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 20 {
+				r, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: root, Label: fmt.Sprintf("g%d-%d", g, i)})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(r.Forks) != 1 || r.Forks[0].Label != fmt.Sprintf("g%d-%d", g, i) {
+					errs <- fmt.Errorf("reply mixed up: %+v", r.Forks)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	n := mustDo(t, ctx, s, api.Request{Op: api.OpTreeNodes, TreeID: tree})
+	if len(n.Nodes) != 1+16*20 {
+		t.Fatalf("after concurrent forks: %d nodes, want %d", len(n.Nodes), 1+16*20)
+	}
+}
+
+func testPanic(t *testing.T, ctx context.Context, s Setup, f *Fake) {
+	f.SetPanic(api.OpTreeList)
+	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeList})
+	wantErr(t, err, api.ErrInternal, "handler panic")
+	mustDo(t, ctx, s, api.Request{Op: api.OpPing})
+}

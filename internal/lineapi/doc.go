@@ -1,0 +1,37 @@
+// Package lineapi is the daemon's JSON-lines face: the tree verbs over a Unix
+// socket, with k7d's envelope.
+//
+// # Protocol
+//
+// One JSON object per line each way, many per connection, answered in
+// order. A request carries "op" (api.Op*), a reply "status". An error is
+// always {"status":"error","code":"...","message":"..."}. Requests are
+// decoded strictly: an unknown field, a wrong type, trailing data after the
+// object, a missing or unknown op, or a line over Config.MaxLineBytes is a
+// bad_request, and the connection goes on with the next line. Blank lines are
+// ignored.
+//
+// tree_watch turns the connection into a stream: the snapshot reply
+// ("tree_watching"), then one {"status":"tree_event","event":{...}} line per
+// event, until the client closes the connection, the engine ends the stream,
+// or the server shuts down. Lines the client sends after tree_watch are read
+// and ignored (reading is how the server notices the client left).
+//
+// # Access
+//
+// Listen creates the socket with mode 0600 (only the daemon's user and root
+// can connect), or, given an allow-list, mode 0666 with every connection's
+// peer uid checked with SO_PEERCRED; root and the daemon's own uid are always
+// allowed. A refused peer gets one unauthorized error line and is closed. The
+// mode is set before the socket appears at its path (it is bound in a private
+// directory and hard-linked into place), so there is no window with a wider
+// mode, and an existing socket is removed only if nothing answers on it.
+//
+// # Lifecycle and goroutines
+//
+// Server.Serve owns the listener and one goroutine per connection (plus one
+// reader per watch stream); it closes the listener and every connection when
+// its ctx ends and returns only after all of them have exited. A request's
+// context is the connection's, cancelled when the server stops; a panic in
+// the Handler is recovered and answered as internal.
+package lineapi

@@ -1,0 +1,89 @@
+package lineapi
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/facetest"
+)
+
+var knownCodes = map[string]bool{
+	api.CodeBadRequest: true, api.CodeNotFound: true, api.CodeExists: true, api.CodeStale: true,
+	api.CodeBudget: true, api.CodeProtected: true, api.CodeState: true, api.CodeBusy: true,
+	api.CodeNoSpace: true, api.CodeAuth: true, api.CodeInternal: true,
+}
+
+// FuzzLineAPI feeds arbitrary bytes to one connection's decode and dispatch
+// (against the fake engine, with a tree "t" and node "n1" to hit): it must
+// not panic, every reply must be one well-formed JSON line, every error reply
+// must carry a known code and a message, and without a watch every non-blank
+// request line gets exactly one reply.
+func FuzzLineAPI(f *testing.F) {
+	for _, s := range []string{
+		`{"op":"ping"}`,
+		`{"op":"tree_fork","tree_id":"t","source_id":"n1","label":"a"}` + "\n" + `{"op":"tree_commit","tree_id":"t","node_id":"n2"}`,
+		`{"op":"tree_fork_batch","tree_id":"t","source_id":"n1","labels":["a","b"]}`,
+		`{"op":"tree_watch","tree_id":"t"}` + "\n" + `{"op":"ping"}`,
+		`{"op":"tree_nodes","tree_id":"t","x":1}`,
+		`{"op":"tree_create","base":"/b","budget":{"max_live_nodes":-1}}`,
+		"\x00\xff{",
+		`[]`, `null`, `"op"`, `{"op":"ping"} {"op":"ping"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fake := facetest.NewFake()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := fake.Do(ctx, api.Request{Op: api.OpTreeCreate, TreeID: "t", Base: "/b"}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(Config{Handler: fake, MaxLineBytes: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		c := &conn{s: s, br: bufio.NewReaderSize(bytes.NewReader(data), 64<<10), bw: bufio.NewWriter(&out)}
+		c.serve(ctx)
+		c.wg.Wait()
+		c.bw.Flush()
+		cancel()
+		fake.Wait()
+
+		replies := 0
+		for line := range strings.Lines(out.String()) {
+			if !strings.HasSuffix(line, "\n") {
+				t.Fatalf("reply not newline-terminated: %q", line)
+			}
+			var r api.Response
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("reply is not JSON: %q: %v", line, err)
+			}
+			if r.Status == "" {
+				t.Fatalf("reply without status: %q", line)
+			}
+			if r.Status == api.StatusError && (!knownCodes[r.Code] || r.Message == "") {
+				t.Fatalf("error reply without a known code and a message: %q", line)
+			}
+			replies++
+		}
+		if bytes.Contains(data, []byte("tree_watch")) {
+			return
+		}
+		want := 0
+		for l := range bytes.Lines(data) {
+			if len(bytes.TrimSpace(l)) > 0 {
+				want++
+			}
+		}
+		if replies != want {
+			t.Fatalf("%d replies to %d non-blank lines\ninput %q\noutput %q", replies, want, data, out.String())
+		}
+	})
+}

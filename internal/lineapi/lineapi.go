@@ -1,0 +1,391 @@
+package lineapi
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/metrics"
+)
+
+// Handler serves the verbs; the engine implements it.
+type Handler interface {
+	// Do serves one request. A returned error wraps an api sentinel (api.Code(err) gives the wire code).
+	Do(ctx context.Context, req api.Request) (api.Response, error)
+	// Watch returns a snapshot (Status "tree_watching", with Nodes) and a stream of events until ctx ends.
+	Watch(ctx context.Context, treeID string) (api.Response, <-chan api.Event, error)
+}
+
+// DefaultMaxLineBytes bounds one request line.
+const DefaultMaxLineBytes = 1 << 20
+
+// StatusEvent is the status of a streamed watch event line.
+const StatusEvent = "tree_event"
+
+// Config configures a Server. Handler is required; the rest have defaults.
+type Config struct {
+	// Path is the socket Run listens on.
+	Path string
+	// AllowUIDs, if non-nil, makes the socket mode 0666 and admits only
+	// these uids (plus root and the daemon's own uid). Nil means mode 0600.
+	AllowUIDs []int
+	Handler   Handler
+	// Metrics counts requests and times them; nil records nothing.
+	Metrics *metrics.Metrics
+	// Logger logs recovered panics and accept errors; nil discards.
+	Logger *slog.Logger
+	// MaxLineBytes bounds a request line; 0 means DefaultMaxLineBytes.
+	MaxLineBytes int
+}
+
+// Server serves the JSON-lines protocol.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New validates cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Handler == nil {
+		return nil, fmt.Errorf("lineapi: Config.Handler is required")
+	}
+	if cfg.MaxLineBytes < 0 {
+		return nil, fmt.Errorf("lineapi: Config.MaxLineBytes %d is negative", cfg.MaxLineBytes)
+	}
+	if cfg.MaxLineBytes == 0 {
+		cfg.MaxLineBytes = DefaultMaxLineBytes
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{cfg: cfg, log: log}, nil
+}
+
+// Run listens on Config.Path and serves until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	if s.cfg.Path == "" {
+		return fmt.Errorf("lineapi: Config.Path is required to Run")
+	}
+	ln, err := Listen(s.cfg.Path, s.cfg.AllowUIDs)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve accepts connections on ln until ctx ends, then closes ln and every
+// connection and returns nil once all of them are done. It returns an error
+// if ln fails for another reason.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	backoff := time.Duration(0)
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("lineapi: listener closed: %w", err)
+			}
+			// Out of fds and the like: back off as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("lineapi: accept", "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		backoff = 0
+		wg.Go(func() { s.serveConn(ctx, c) })
+	}
+}
+
+func (s *Server) serveConn(ctx context.Context, c net.Conn) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { c.Close() }) // unblocks reads and writes at shutdown
+	defer stop()
+	sc := &conn{s: s, br: bufio.NewReaderSize(c, 64<<10), bw: bufio.NewWriterSize(c, 64<<10)}
+	defer sc.wg.Wait() // after c.Close below (defers run last-in first-out)
+	defer c.Close()
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("lineapi: connection panic", "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	sc.serve(ctx)
+}
+
+// conn is one connection's state; only its serving goroutine touches br
+// and bw, except the watch reader, which takes br once serve stops reading.
+type conn struct {
+	s  *Server
+	br *bufio.Reader
+	bw *bufio.Writer
+	wg sync.WaitGroup // the watch reader
+}
+
+// serve reads requests and writes replies until the stream ends.
+func (c *conn) serve(ctx context.Context) {
+	for {
+		line, err := readLine(c.br, c.s.cfg.MaxLineBytes)
+		if errors.Is(err, errLineTooLong) {
+			c.s.cfg.Metrics.Observe(metrics.FaceLine, metrics.OpUnknown, api.CodeBadRequest, 0)
+			if c.reply(errorResponse(api.Errorf(api.ErrBadRequest, "request line longer than %d bytes", c.s.cfg.MaxLineBytes))) != nil {
+				return
+			}
+			continue
+		}
+		if len(bytes.TrimSpace(line)) > 0 {
+			if !c.handle(ctx, line) {
+				return
+			}
+		}
+		if err != nil { // io.EOF or a read error: the last partial line was served above
+			return
+		}
+	}
+}
+
+// handle serves one line and reports whether the connection goes on.
+func (c *conn) handle(ctx context.Context, line []byte) bool {
+	start := time.Now()
+	req, err := Decode(line)
+	if err != nil {
+		c.s.cfg.Metrics.Observe(metrics.FaceLine, opLabel(req.Op), api.CodeBadRequest, time.Since(start))
+		return c.reply(errorResponse(err)) == nil
+	}
+	if req.Op == api.OpTreeWatch {
+		return c.watch(ctx, req, start)
+	}
+	resp := c.s.do(ctx, req, start)
+	return c.reply(resp) == nil
+}
+
+// do calls the handler, recovering a panic, and records the request.
+func (s *Server) do(ctx context.Context, req api.Request, start time.Time) api.Response {
+	resp, err := s.call(ctx, req)
+	code := metrics.CodeOK
+	if err != nil {
+		resp = errorResponse(err)
+		code = resp.Code
+	} else if resp.Status == "" {
+		resp.Status = api.StatusOK
+	}
+	s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, code, time.Since(start))
+	return resp
+}
+
+func (s *Server) call(ctx context.Context, req api.Request) (resp api.Response, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("lineapi: handler panic", "op", req.Op, "panic", p, "stack", string(debug.Stack()))
+			err = api.Errorf(api.ErrInternal, "%s: the daemon failed serving this request", req.Op)
+		}
+	}()
+	return s.cfg.Handler.Do(ctx, req)
+}
+
+func (s *Server) callWatch(ctx context.Context, tree string) (snap api.Response, ch <-chan api.Event, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("lineapi: watch panic", "tree", tree, "panic", p, "stack", string(debug.Stack()))
+			err = api.Errorf(api.ErrInternal, "tree_watch: the daemon failed serving this request")
+		}
+	}()
+	return s.cfg.Handler.Watch(ctx, tree)
+}
+
+// watch streams a tree's events; it reports whether the connection goes on
+// in request mode (only after a refused watch).
+func (c *conn) watch(ctx context.Context, req api.Request, start time.Time) bool {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	snap, events, err := c.s.callWatch(ctx, req.TreeID)
+	if err != nil {
+		resp := errorResponse(err)
+		c.s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, resp.Code, time.Since(start))
+		return c.reply(resp) == nil
+	}
+	c.s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, metrics.CodeOK, time.Since(start))
+	if snap.Status == "" {
+		snap.Status = "tree_watching"
+	}
+	if c.reply(snap) != nil {
+		return false
+	}
+	// The client ends the stream by closing: read (and drop) its input.
+	c.wg.Go(func() {
+		io.Copy(io.Discard, c.br)
+		cancel()
+	})
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case ev, ok := <-events:
+			if !ok {
+				return false
+			}
+			if err := c.write(api.Response{Status: StatusEvent, Event: &ev}); err != nil {
+				return false
+			}
+			if len(events) == 0 {
+				if c.bw.Flush() != nil {
+					return false
+				}
+			}
+		}
+	}
+}
+
+// reply writes resp, flushing unless another complete request is already
+// buffered (pipelined requests are answered in one write).
+func (c *conn) reply(resp api.Response) error {
+	if err := c.write(resp); err != nil {
+		return err
+	}
+	if n := c.br.Buffered(); n > 0 {
+		if b, _ := c.br.Peek(n); bytes.IndexByte(b, '\n') >= 0 {
+			return nil
+		}
+	}
+	return c.bw.Flush()
+}
+
+func (c *conn) write(resp api.Response) error {
+	b, err := json.Marshal(resp)
+	if err != nil { // cannot happen with api types; answer something well-formed
+		b, _ = json.Marshal(errorResponse(api.Errorf(api.ErrInternal, "encoding reply: %v", err)))
+	}
+	b = append(b, '\n')
+	_, err = c.bw.Write(b)
+	return err
+}
+
+func errorResponse(err error) api.Response {
+	return api.Response{Status: api.StatusError, Code: api.Code(err), Message: err.Error()}
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// readLine returns the next line without its newline. A line over max bytes
+// is consumed up to its newline and reported as errLineTooLong. At the end
+// of input it returns the last unterminated line (if any) with the error.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var long []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if err == nil && long == nil {
+			if len(frag)-1 > max {
+				return nil, errLineTooLong
+			}
+			return frag[:len(frag)-1], nil
+		}
+		n := len(long) + len(frag)
+		if err == nil {
+			n-- // the newline
+		}
+		if n > max {
+			// Too long: discard the rest of the line. A read error is
+			// seen again by the next call.
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = br.ReadSlice('\n')
+			}
+			return nil, errLineTooLong
+		}
+		long = append(long, frag...)
+		switch {
+		case err == nil:
+			return long[:len(long)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return long, err
+		}
+	}
+}
+
+// Decode parses one request line strictly. The error wraps api.ErrBadRequest
+// and says what is wrong; the returned request carries the op if one was read.
+func Decode(line []byte) (api.Request, error) {
+	var req api.Request
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, api.Errorf(api.ErrBadRequest, "invalid request: %s", jsonProblem(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return req, api.Errorf(api.ErrBadRequest, "invalid request: data after the JSON object (one object per line)")
+	}
+	if req.Op == "" {
+		return req, api.Errorf(api.ErrBadRequest, `invalid request: no "op"`)
+	}
+	if !knownOps[req.Op] {
+		return req, api.Errorf(api.ErrBadRequest, "unknown op %q", truncate(req.Op, 64))
+	}
+	return req, nil
+}
+
+func jsonProblem(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("not valid JSON at byte %d: %v", se.Offset, se)
+	case errors.As(err, &te):
+		if te.Field != "" {
+			return fmt.Sprintf("field %q must be %s, not %s", te.Field, te.Type, te.Value)
+		}
+		return fmt.Sprintf("a request is a JSON object, not %s", te.Value)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "truncated JSON"
+	}
+	return err.Error()
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// knownOps are the ops the face passes to the Handler. Keeping the list here
+// bounds the op label of the metrics and keeps junk away from the engine.
+var knownOps = map[string]bool{
+	api.OpPing: true, api.OpTreeCreate: true, api.OpTreeFork: true, api.OpTreeForkBat: true,
+	api.OpTreeCommit: true, api.OpTreeAbort: true, api.OpTreeRollback: true, api.OpTreeProtect: true,
+	api.OpTreeUnprot: true, api.OpTreePrune: true, api.OpTreeSuspend: true, api.OpTreeResume: true,
+	api.OpTreeEvict: true, api.OpTreeNodes: true, api.OpTreeList: true, api.OpTreeWatch: true,
+	api.OpTreeDrop: true, api.OpTreeOpen: true,
+	api.OpWsMount: true, api.OpWsUnmount: true, api.OpWsCreate: true, api.OpWsCommit: true,
+	api.OpWsAbort: true, api.OpWsSwitch: true, api.OpWsList: true, api.OpWsDiff: true, api.OpWsMounts: true,
+}
+
+func opLabel(op string) string {
+	if knownOps[op] {
+		return op
+	}
+	return metrics.OpUnknown
+}
