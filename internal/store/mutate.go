@@ -261,10 +261,8 @@ func (s *Store) ensureParent(b *Branch, rel string) error {
 // usage is the bytes of regular files in b's own layers (above its fork).
 func (s *Store) usage(b *Branch) int64 {
 	var n int64
-	for _, l := range b.chain {
-		if l.depth > 1 || b.snap == nil {
-			n += l.bytes
-		}
+	for _, l := range b.chain[b.forkDepth:] {
+		n += l.bytes
 	}
 	return n
 }

@@ -56,9 +56,12 @@ type Branch struct {
 	forkHead uint64
 	forkGen  uint64
 	snap     *layer
-	gen      uint64 // bumped by every commit into this branch
-	stale    bool
-	Quota    int64
+	// forkDepth is how many layers of the chain the branch inherited at its
+	// fork: the layers above are its own changes.
+	forkDepth int
+	gen       uint64 // bumped by every commit into this branch
+	stale     bool
+	Quota     int64
 }
 
 // Stale reports whether the branch lost a commit race.
@@ -85,6 +88,7 @@ type record struct {
 	ForkHead uint64   `json:"fork_head,omitempty"`
 	ForkGen  uint64   `json:"fork_gen,omitempty"`
 	Snap     uint64   `json:"snap,omitempty"`
+	ForkDep  int      `json:"fork_depth,omitempty"`
 	Gen      uint64   `json:"gen,omitempty"`
 	Stale    bool     `json:"stale,omitempty"`
 	Quota    int64    `json:"quota,omitempty"`
@@ -176,7 +180,7 @@ func (s *Store) load() error {
 	}
 	s.branches[Main] = &Branch{ID: 0, Name: Main, gen: mainGen}
 	for _, r := range recs {
-		b := &Branch{ID: r.ID, Name: r.Name, Parent: r.Parent, forkHead: r.ForkHead, forkGen: r.ForkGen,
+		b := &Branch{ID: r.ID, Name: r.Name, Parent: r.Parent, forkHead: r.ForkHead, forkGen: r.ForkGen, forkDepth: r.ForkDep,
 			gen: r.Gen, stale: r.Stale, Quota: r.Quota}
 		for i, id := range r.Chain {
 			b.chain = append(b.chain, s.layerFor(id, i+1))
@@ -210,7 +214,7 @@ func (s *Store) newLayer(depth int) *layer {
 }
 
 func (b *Branch) record() record {
-	r := record{ID: b.ID, Name: b.Name, Parent: b.Parent, ForkHead: b.forkHead, ForkGen: b.forkGen,
+	r := record{ID: b.ID, Name: b.Name, Parent: b.Parent, ForkHead: b.forkHead, ForkGen: b.forkGen, ForkDep: b.forkDepth,
 		Gen: b.gen, Stale: b.stale, Quota: b.Quota}
 	for _, l := range b.chain {
 		r.Chain = append(r.Chain, l.id)
@@ -368,7 +372,7 @@ func (s *Store) Fork(parent string, children ...string) error {
 	made := make([]*Branch, 0, len(children)+1)
 	for _, c := range children {
 		chain := append(append(make([]*layer, 0, len(base)+1), base...), s.newLayer(len(base)+1))
-		b := &Branch{ID: s.nextID, Name: c, Parent: p.Name, chain: chain, forkGen: p.gen, snap: snap, Quota: p.Quota}
+		b := &Branch{ID: s.nextID, Name: c, Parent: p.Name, chain: chain, forkGen: p.gen, snap: snap, Quota: p.Quota, forkDepth: len(base)}
 		s.nextID++
 		if h := p.head(); h != nil {
 			b.forkHead = h.id
