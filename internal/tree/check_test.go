@@ -177,7 +177,7 @@ func checkRefusalJustified(tb fataler, before *Tree, s step, err error) {
 // checkStep asserts doc.go's statements for one applied verb.
 func checkStep(tb fataler, before, after *Tree, s step, p *Plan) {
 	fail := func(format string, args ...any) {
-			tb.Fatalf("%+v: "+format+"\nbefore:\n%s\nafter:\n%s", append(append([]any{s}, args...), before, after)...)
+		tb.Fatalf("%+v: "+format+"\nbefore:\n%s\nafter:\n%s", append(append([]any{s}, args...), before, after)...)
 	}
 	if err := after.Check(); err != nil {
 		fail("%v", err)

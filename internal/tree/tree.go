@@ -58,8 +58,8 @@ type Tree struct {
 	root    string
 	budget  api.Budget
 	nodes   map[string]*Node
-	nextID  uint64 // the number of the next node id
-	version uint64 // bumped by every Apply; a Plan is valid only for its version
+	nextID  uint64    // the number of the next node id
+	version uint64    // bumped by every Apply; a Plan is valid only for its version
 	usage   api.Usage // kept up to date by every change; Check recomputes it
 }
 

@@ -56,15 +56,15 @@ func (t *Tree) Apply(p *Plan) error {
 
 // draft is a verb in progress: copies of the nodes it changes over the tree.
 type draft struct {
-	t      *Tree
-	put    map[string]*Node
-	order  []string // ids in put, in the order first touched
+	t     *Tree
+	put   map[string]*Node
+	order []string // ids in put, in the order first touched
 	// evicted holds the nodes evict suspended, outside put: evict is the
 	// last step of every draft, so nothing views them afterwards.
 	evicted []Node
-	del    map[string]bool
-	nextID uint64
-	plan   Plan
+	del     map[string]bool
+	nextID  uint64
+	plan    Plan
 }
 
 func (t *Tree) draft(verb, node string) *draft {
