@@ -1,0 +1,31 @@
+package posixtest_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/arbor-dev/arbor/internal/posixtest"
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) { posixtest.Main(m) }
+
+// TestTempDir is the baseline: the host's own filesystem (ext4 here) must
+// pass the whole suite.
+func TestTempDir(t *testing.T) {
+	posixtest.Run(t, posixtest.TempDirEnv{})
+}
+
+// TestTmpfs runs the suite on tmpfs (/dev/shm), a second real kernel
+// filesystem.
+func TestTmpfs(t *testing.T) {
+	const shm = "/dev/shm"
+	var st unix.Statfs_t
+	if err := unix.Statfs(shm, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		if os.Getenv("ARBOR_TEST_REQUIRE") != "" {
+			t.Fatalf("%s is not a tmpfs (%v)", shm, err)
+		}
+		t.Skipf("%s is not a tmpfs (%v)", shm, err)
+	}
+	posixtest.Run(t, posixtest.TempDirEnv{Root: shm})
+}
