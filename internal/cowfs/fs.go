@@ -25,8 +25,8 @@ type Config struct {
 	// Passthrough serves opened files by FUSE passthrough; default: when
 	// running as root (the kernel allows it only then).
 	Passthrough *bool
-	// NoControl hides the .branchfs_ctl files and the /@NAME views (tree
-	// nodes' mounts use it).
+	// NoControl hides the .branchfs_ctl files, so that only the mount's
+	// owner changes its branches (a tree's mount, whose branches are nodes).
 	NoControl bool
 	// Hooks the owner runs around control operations made through the
 	// mount (so that a daemon can keep its other mounts of the same store in
@@ -327,9 +327,6 @@ func (f *FS) InvalidateAll() {
 
 // viewInode is the /@NAME node under a view root.
 func (f *FS) viewInode(ctx context.Context, parent *node, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	if !f.control {
-		return nil, syscall.ENOENT
-	}
 	b, err := f.st.Branch(name)
 	if err != nil {
 		return nil, syscall.ENOENT

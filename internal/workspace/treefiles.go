@@ -1,0 +1,101 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/cowfs"
+	"github.com/arbor-dev/arbor/internal/store"
+	"golang.org/x/sys/unix"
+)
+
+// TreeFiles is one tree's files: a store over the tree's base, mounted
+// without control files at <dir>/mnt, where node NAME's files are at
+// <dir>/mnt/@NAME. The root node is the branch main, the base itself.
+type TreeFiles struct {
+	st  *store.Store
+	fs  *cowfs.FS
+	mnt string
+}
+
+// OpenTreeFiles opens (creating if need be) the files of a tree whose
+// private directory is dir, over base.
+func (m *Manager) OpenTreeFiles(ctx context.Context, dir, base string) (*TreeFiles, error) {
+	st, err := store.Open(store.Config{Dir: filepath.Join(dir, "store"), Base: base, Logger: m.log})
+	if err != nil {
+		return nil, err
+	}
+	mnt := filepath.Join(dir, "mnt")
+	detachStale(mnt)
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		st.Close()
+		return nil, err
+	}
+	f, err := cowfs.Mount(cowfs.Config{Store: st, Mountpoint: mnt, NoControl: true, Passthrough: m.cfg.Passthrough, Logger: m.log})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return &TreeFiles{st: st, fs: f, mnt: mnt}, nil
+}
+
+// Fork makes children of parent, O(1) each.
+func (t *TreeFiles) Fork(ctx context.Context, parent string, children []string) error {
+	return t.st.Fork(parent, children...)
+}
+
+// Commit applies child to its parent (durably when the parent is the base)
+// and returns the branches that became stale.
+func (t *TreeFiles) Commit(ctx context.Context, child string) ([]string, error) {
+	res, err := t.fs.Commit(child, true)
+	if err != nil {
+		return nil, err
+	}
+	t.fs.InvalidateAll()
+	return res.Stale, nil
+}
+
+// Abort drops the branch and its subtree.
+func (t *TreeFiles) Abort(ctx context.Context, name string) error {
+	return t.st.Abort(name)
+}
+
+// Path is where the branch's files are on the host.
+func (t *TreeFiles) Path(name string) (string, error) {
+	b, err := t.st.Branch(name)
+	if err != nil {
+		return "", err
+	}
+	if b.Stale() {
+		return "", api.Errorf(api.ErrStale, "branch %s is stale", name)
+	}
+	return filepath.Join(t.mnt, "@"+name), nil
+}
+
+// Branches lists every branch.
+func (t *TreeFiles) Branches() ([]string, error) {
+	var out []string
+	for _, b := range t.st.Branches() {
+		out = append(out, b.Name)
+	}
+	return out, nil
+}
+
+// DiskBytes is the bytes the branch's own layers hold.
+func (t *TreeFiles) DiskBytes(name string) int64 { return t.st.DiskBytes(name) }
+
+// Close unmounts and closes the store.
+func (t *TreeFiles) Close() error {
+	err := t.fs.Unmount(true)
+	if err2 := t.st.Close(); err == nil {
+		err = err2
+	}
+	if err != nil {
+		unix.Unmount(t.mnt, unix.MNT_DETACH)
+		return fmt.Errorf("close tree files: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,403 @@
+// Package workspace is the daemon's set of mounted stores: the workspace
+// mounts behind `arbor mount` (a base directory's branches at a mountpoint,
+// remembered across restarts) and the mounts that hold a tree's node files.
+//
+// Several mounts of one base share one store, so a commit through one is
+// seen by all. Manager.mu guards the tables; the store and each mount have
+// their own locks and Manager never holds its lock across a FUSE request.
+package workspace
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/cowfs"
+	"github.com/arbor-dev/arbor/internal/store"
+	"golang.org/x/sys/unix"
+)
+
+// Config configures a Manager.
+type Config struct {
+	Home        string // the daemon's state directory
+	Passthrough *bool  // see cowfs.Config; nil: when root
+	Logger      *slog.Logger
+}
+
+// Manager owns every workspace mount.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex           // guards stores and mounts, and the record file
+	stores map[string]*shared   // by absolute base path
+	mounts map[string]*cowfs.FS // by absolute mountpoint
+}
+
+// shared is one store and the mounts that show it.
+type shared struct {
+	st     *store.Store
+	mounts map[string]*cowfs.FS
+}
+
+// record is a mount as remembered in Home/mounts.json.
+type record struct {
+	Base       string `json:"base"`
+	Mountpoint string `json:"mountpoint"`
+	Branch     string `json:"branch"`
+}
+
+// New makes the manager and re-establishes the mounts it had before a
+// restart (or a SIGKILL, which leaves dead FUSE mounts that it detaches).
+func New(cfg Config) (*Manager, error) {
+	if cfg.Home == "" {
+		return nil, api.Errorf(api.ErrBadRequest, "workspace: Home is required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{cfg: cfg, log: log, stores: map[string]*shared{}, mounts: map[string]*cowfs.FS{}}
+	recs, err := m.readRecords()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		if _, err := m.mount(r.Base, r.Mountpoint, r.Branch); err != nil {
+			log.Warn("restore mount", "base", r.Base, "mountpoint", r.Mountpoint, "err", err)
+		}
+	}
+	if err := m.writeRecords(); err != nil {
+		log.Warn("save mounts", "err", err)
+	}
+	return m, nil
+}
+
+func (m *Manager) recordsPath() string { return filepath.Join(m.cfg.Home, "mounts.json") }
+
+func (m *Manager) readRecords() ([]record, error) {
+	data, err := os.ReadFile(m.recordsPath())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var recs []record
+	if err := json.Unmarshal(data, &recs); err != nil {
+		return nil, fmt.Errorf("workspace: %s: %w", m.recordsPath(), err)
+	}
+	return recs, nil
+}
+
+// writeRecords saves the mount table atomically. The caller holds m.mu (or
+// is New).
+func (m *Manager) writeRecords() error {
+	recs := []record{}
+	for mp, f := range m.mounts {
+		recs = append(recs, record{Base: f.Store().Base(), Mountpoint: mp, Branch: f.Current()})
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Mountpoint < recs[j].Mountpoint })
+	data, err := json.MarshalIndent(recs, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(m.recordsPath(), data)
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// storeDir is where the store of a base lives.
+func (m *Manager) storeDir(base string) string {
+	h := sha256.Sum256([]byte(base))
+	return filepath.Join(m.cfg.Home, "ws", hex.EncodeToString(h[:8]))
+}
+
+// detachStale lazily unmounts a dead FUSE mount left by a killed daemon.
+func detachStale(mp string) {
+	var st unix.Stat_t
+	if err := unix.Stat(mp, &st); errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.ECONNABORTED) {
+		unix.Unmount(mp, unix.MNT_DETACH)
+	}
+}
+
+// mount mounts base at mp showing branch. The caller holds m.mu or is New.
+func (m *Manager) mount(base, mp, branch string) (*cowfs.FS, error) {
+	if _, ok := m.mounts[mp]; ok {
+		return nil, api.Errorf(api.ErrExists, "mount %s: already mounted", mp)
+	}
+	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
+		return nil, api.Errorf(api.ErrBadRequest, "mount: base %s is not a directory", base)
+	}
+	if mp == base || strings.HasPrefix(mp, base+"/") || strings.HasPrefix(base, mp+"/") {
+		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and base %s must not contain each other", mp, base)
+	}
+	detachStale(mp)
+	if err := os.MkdirAll(mp, 0o755); err != nil {
+		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s: %v", mp, err)
+	}
+	sh, err := m.share(base)
+	if err != nil {
+		return nil, err
+	}
+	if branch == "" {
+		branch = store.Main
+	}
+	if b, err := sh.st.Branch(branch); err != nil || b.Stale() {
+		branch = store.Main
+	}
+	f, err := cowfs.Mount(cowfs.Config{
+		Store: sh.st, Mountpoint: mp, Branch: branch, Passthrough: m.cfg.Passthrough, Logger: m.log,
+		OnCommit: func(res store.CommitResult, child string) {
+			m.others(sh, mp, func(o *cowfs.FS) { o.Committed(res, child) })
+		},
+		OnAbort: func(dropped []string) {
+			m.others(sh, mp, func(o *cowfs.FS) { o.Aborted(dropped, "") })
+		},
+	})
+	if err != nil {
+		m.unshare(base, sh)
+		return nil, err
+	}
+	sh.mounts[mp] = f
+	m.mounts[mp] = f
+	return f, nil
+}
+
+// others runs fn on the other mounts of a store.
+func (m *Manager) others(sh *shared, self string, fn func(*cowfs.FS)) {
+	m.mu.Lock()
+	var fss []*cowfs.FS
+	for mp, f := range sh.mounts {
+		if mp != self {
+			fss = append(fss, f)
+		}
+	}
+	m.mu.Unlock()
+	for _, f := range fss {
+		fn(f)
+	}
+}
+
+func (m *Manager) share(base string) (*shared, error) {
+	if sh, ok := m.stores[base]; ok {
+		return sh, nil
+	}
+	st, err := store.Open(store.Config{Dir: m.storeDir(base), Base: base, Logger: m.log})
+	if err != nil {
+		return nil, err
+	}
+	sh := &shared{st: st, mounts: map[string]*cowfs.FS{}}
+	m.stores[base] = sh
+	return sh, nil
+}
+
+func (m *Manager) unshare(base string, sh *shared) {
+	if len(sh.mounts) == 0 {
+		sh.st.Close()
+		delete(m.stores, base)
+	}
+}
+
+// Close unmounts every workspace (remembering them for the next start).
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.writeRecords()
+	var errs []error
+	for mp, f := range m.mounts {
+		if err := f.Unmount(true); err != nil {
+			errs = append(errs, err)
+		}
+		delete(m.mounts, mp)
+	}
+	for base, sh := range m.stores {
+		sh.st.Close()
+		delete(m.stores, base)
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) get(mp string) (*cowfs.FS, error) {
+	if mp == "" {
+		return nil, api.Errorf(api.ErrBadRequest, "no mountpoint given")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.mounts[filepath.Clean(mp)]
+	if !ok {
+		return nil, api.Errorf(api.ErrNotFound, "%s is not an arbor mount", mp)
+	}
+	return f, nil
+}
+
+func abs(p string) (string, error) {
+	if p == "" {
+		return "", api.Errorf(api.ErrBadRequest, "empty path")
+	}
+	if !filepath.IsAbs(p) {
+		return "", api.Errorf(api.ErrBadRequest, "path %q must be absolute", p)
+	}
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r, nil
+	}
+	return filepath.Clean(p), nil
+}
+
+// Do serves the ws_* ops.
+func (m *Manager) Do(ctx context.Context, req api.Request) (api.Response, error) {
+	switch req.Op {
+	case api.OpWsMount:
+		base, err := abs(req.Base)
+		if err != nil {
+			return api.Response{}, fmt.Errorf("mount: base: %w", err)
+		}
+		mp, err := abs(req.Mountpoint)
+		if err != nil {
+			return api.Response{}, fmt.Errorf("mount: mountpoint: %w", err)
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		f, err := m.mount(base, mp, req.Branch)
+		if err != nil {
+			return api.Response{}, err
+		}
+		if err := m.writeRecords(); err != nil {
+			return api.Response{}, err
+		}
+		return api.Response{Status: "ws_mounted", Path: mp, Branch: f.Current()}, nil
+	case api.OpWsUnmount:
+		mp, err := abs(req.Mountpoint)
+		if err != nil {
+			return api.Response{}, err
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		f, ok := m.mounts[mp]
+		if !ok {
+			return api.Response{}, api.Errorf(api.ErrNotFound, "%s is not an arbor mount", mp)
+		}
+		if err := f.Unmount(false); err != nil {
+			return api.Response{}, err
+		}
+		delete(m.mounts, mp)
+		base := f.Store().Base()
+		sh := m.stores[base]
+		delete(sh.mounts, mp)
+		m.unshare(base, sh)
+		return api.Response{Status: api.StatusOK}, m.writeRecords()
+	case api.OpWsMounts:
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		resp := api.Response{Status: "ws_mounts", Mounts: []api.Mount{}}
+		for mp, f := range m.mounts {
+			resp.Mounts = append(resp.Mounts, api.Mount{Mountpoint: mp, Base: f.Store().Base(), Branch: f.Current()})
+		}
+		sort.Slice(resp.Mounts, func(i, j int) bool { return resp.Mounts[i].Mountpoint < resp.Mounts[j].Mountpoint })
+		return resp, nil
+	}
+	mp, err := abs(req.Mountpoint)
+	if err != nil {
+		return api.Response{}, err
+	}
+	f, err := m.get(mp)
+	if err != nil {
+		return api.Response{}, err
+	}
+	st := f.Store()
+	switch req.Op {
+	case api.OpWsCreate:
+		if err := f.Create(req.Branch, req.Parent); err != nil {
+			return api.Response{}, err
+		}
+		if req.QuotaBytes > 0 {
+			if err := st.SetQuota(req.Branch, req.QuotaBytes); err != nil {
+				return api.Response{}, err
+			}
+		}
+		m.saveCurrent()
+		return api.Response{Status: "ws_created", Branch: req.Branch}, nil
+	case api.OpWsCommit:
+		durable := req.Durable == nil || *req.Durable
+		res, err := f.Commit(req.Branch, durable)
+		if err != nil {
+			return api.Response{}, err
+		}
+		m.saveCurrent()
+		return api.Response{Status: "ws_committed", Branch: res.Parent, Stale: res.Stale}, nil
+	case api.OpWsAbort:
+		if err := f.Abort(req.Branch); err != nil {
+			return api.Response{}, err
+		}
+		m.saveCurrent()
+		return api.Response{Status: api.StatusOK, Branch: f.Current()}, nil
+	case api.OpWsSwitch:
+		if err := f.Switch(req.Branch); err != nil {
+			return api.Response{}, err
+		}
+		m.saveCurrent()
+		return api.Response{Status: api.StatusOK, Branch: req.Branch}, nil
+	case api.OpWsList:
+		cur := f.Current()
+		resp := api.Response{Status: "ws_branches", Branch: cur}
+		for _, b := range st.Branches() {
+			state := api.StateLive
+			if b.Stale {
+				state = api.StateStale
+			}
+			resp.Branches = append(resp.Branches, api.Branch{Name: b.Name, Parent: b.Parent, State: state, Current: b.Name == cur})
+		}
+		return resp, nil
+	case api.OpWsDiff:
+		name := req.Branch
+		if name == "" {
+			name = f.Current()
+		}
+		changes, err := st.Diff(name)
+		if err != nil {
+			return api.Response{}, err
+		}
+		resp := api.Response{Status: "ws_diff", Branch: name, Changes: []api.Change{}}
+		for _, c := range changes {
+			resp.Changes = append(resp.Changes, api.Change{Kind: c.Kind, Path: c.Path})
+		}
+		return resp, nil
+	}
+	return api.Response{}, api.Errorf(api.ErrBadRequest, "unknown op %q", req.Op)
+}
+
+func (m *Manager) saveCurrent() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.writeRecords(); err != nil {
+		m.log.Warn("save mounts", "err", err)
+	}
+}
