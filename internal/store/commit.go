@@ -86,6 +86,7 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 			}
 			return CommitResult{}, fmt.Errorf("commit %s: %w", child, err)
 		}
+		c.gone = true
 		delete(s.branches, c.Name)
 		s.reclaimLocked()
 		return res, nil
@@ -142,6 +143,9 @@ func (s *Store) finishMain(child string, durable bool) error {
 			return err
 		}
 	}
+	if c := s.branches[child]; c != nil {
+		c.gone = true
+	}
 	delete(s.branches, child)
 	s.reclaimLocked()
 	return nil
@@ -197,8 +201,11 @@ func (s *Store) plan(c *Branch) ([]op, error) {
 		case res.Depth <= 1:
 			// Comes from the base or the snapshot: unchanged.
 		case res.Kind == kDir:
-			ops = append(ops, op{Kind: "dir", Path: p, Src: res.Real, Opaque: res.cut == res.Depth})
-			if res.cut == res.Depth {
+			// The base below is hidden (cut above it) when the directory is
+			// opaque, or was deleted and made again, in any of the child's layers.
+			opaque := res.cut > 0
+			ops = append(ops, op{Kind: "dir", Path: p, Src: res.Real, Opaque: opaque})
+			if opaque {
 				// Opaque: delete what the base has there and the child does not.
 				ents, err := s.readDir(c, p, len(c.chain))
 				if err != nil {

@@ -102,36 +102,6 @@ func copyData(src, dst string) error {
 	return err
 }
 
-// copyTree copies src and everything under it to dst.
-func copyTree(src, dst string, visit func(rel string, st *unix.Stat_t)) error {
-	var walk func(s, d, rel string) error
-	walk = func(s, d, rel string) error {
-		var st unix.Stat_t
-		if err := unix.Lstat(s, &st); err != nil {
-			return err
-		}
-		if err := copyNode(s, d, &st); err != nil {
-			return err
-		}
-		visit(rel, &st)
-		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			return nil
-		}
-		ents, err := readDirents(s)
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			if err := walk(s+"/"+e.name, d+"/"+e.name, joinRel(rel, e.name)); err != nil {
-				return err
-			}
-		}
-		// Times again: creating children changed the directory's mtime.
-		return unix.UtimesNanoAt(unix.AT_FDCWD, d, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
-	}
-	return walk(src, dst, "")
-}
-
 func setIno(p string, ino uint64) {
 	if ino != 0 {
 		unix.Lsetxattr(p, inoXattr, []byte(strconv.FormatUint(ino, 10)), 0)

@@ -75,16 +75,7 @@ func (s *Store) preserve(rel string, subtree bool) error {
 				return err
 			}
 		case st.Mode&unix.S_IFMT == unix.S_IFDIR && subtree:
-			if err := copyTree(real, dst, func(r string, st *unix.Stat_t) {
-				k := kFile
-				if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-					k = kDir
-				}
-				s.put(o, joinRel(rel, r), k, r == "", st.Ino)
-			}); err != nil {
-				return err
-			}
-			if err := touch(dst + "/" + opqMarker); err != nil {
+			if err := s.preserveTree(o, rel, &st); err != nil {
 				return err
 			}
 		case st.Mode&unix.S_IFMT == unix.S_IFDIR:
@@ -120,6 +111,59 @@ func (s *Store) preserve(rel string, subtree bool) error {
 			first = dst
 		}
 	}
+	return nil
+}
+
+// preserveTree copies main's directory rel with everything under it into
+// snapshot o, except what o already decides (a file preserved earlier, a
+// whiteout for a name main made after the fork, an opaque directory): those
+// hold the fork-time state and must win. The directory becomes opaque, so
+// that the snapshot needs nothing from the base below it.
+func (s *Store) preserveTree(o *layer, rel string, st *unix.Stat_t) error {
+	real, dst := s.base+"/"+rel, o.real(rel)
+	if _, ok := s.get(o, rel); !ok {
+		if err := copyNode(real, dst, st); err != nil {
+			return err
+		}
+		s.put(o, rel, kDir, false, 0)
+	}
+	ents, err := readDirents(real)
+	if err != nil {
+		return err
+	}
+	for _, d := range ents {
+		c := joinRel(rel, d.name)
+		var cst unix.Stat_t
+		if err := unix.Lstat(real+"/"+d.name, &cst); err != nil {
+			return err
+		}
+		e, ok := s.get(o, c)
+		switch {
+		case ok && (e.kind != kDir || e.opaque):
+			continue // o holds the fork-time state of c
+		case cst.Mode&unix.S_IFMT == unix.S_IFDIR:
+			if err := s.preserveTree(o, c, &cst); err != nil {
+				return err
+			}
+		case ok:
+			// o has a directory where main now has a file: o's directory,
+			// with what o preserved in it, is all of c.
+			if err := touch(o.real(c) + "/" + opqMarker); err != nil {
+				return err
+			}
+			s.put(o, c, kDir, true, 0)
+		default:
+			if err := copyNode(real+"/"+d.name, o.real(c), &cst); err != nil {
+				return err
+			}
+			setIno(o.real(c), cst.Ino)
+			s.put(o, c, kFile, false, cst.Ino)
+		}
+	}
+	if err := touch(dst + "/" + opqMarker); err != nil {
+		return err
+	}
+	s.put(o, rel, kDir, true, 0)
 	return nil
 }
 
@@ -173,7 +217,7 @@ func (s *Store) whiteout(l *layer, rel string) error {
 
 // writableBranch checks that b may be written.
 func writableBranch(b *Branch) error {
-	if b.stale {
+	if b.stale || b.gone {
 		return syscall.ESTALE
 	}
 	return nil

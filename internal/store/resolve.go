@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"syscall"
@@ -40,9 +41,19 @@ func (s *Store) top(b *Branch, rel string, cut, max int) (best entry, found bool
 	if best.opaque {
 		return best, true, best.l.depth
 	}
+	// Below best, a non-directory (a whiteout or a file the directory
+	// replaced) hides everything at and under its depth, and an opaque
+	// directory everything under its depth: best above them, made without
+	// an opaque marker (a copy-up after a fork), must not let them through.
 	for _, e := range es {
-		if e.kind != kDir && e.l.depth >= cut && e.l.depth < best.l.depth && b.contains(e.l) && e.l.depth+1 > childCut {
-			childCut = e.l.depth + 1
+		if e.l.depth < cut || e.l.depth >= best.l.depth || !b.contains(e.l) {
+			continue
+		}
+		if c := e.l.depth + 1; e.kind != kDir && c > childCut {
+			childCut = c
+		}
+		if c := e.l.depth; e.kind == kDir && e.opaque && c > childCut {
+			childCut = c
 		}
 	}
 	return best, true, childCut
@@ -51,7 +62,7 @@ func (s *Store) top(b *Branch, rel string, cut, max int) (best entry, found bool
 // resolve finds rel in b's view, looking only at layers up to depth max
 // (len(b.chain) for the whole view). The caller holds s.mu.
 func (s *Store) resolve(b *Branch, rel string, max int) (Res, error) {
-	if b.stale {
+	if b.stale || b.gone {
 		return Res{}, syscall.ESTALE
 	}
 	res := Res{Real: s.base, Kind: kDir}
@@ -134,8 +145,8 @@ func (s *Store) readDir(b *Branch, rel string, max int) ([]DirEntry, error) {
 	add := func(real string, d int) error {
 		ents, err := readDirents(real)
 		if err != nil {
-			if os.IsNotExist(err) {
-				return nil
+			if os.IsNotExist(err) || errors.Is(err, syscall.ENOTDIR) {
+				return nil // a layer not made yet, or a base that has a file there now
 			}
 			return err
 		}
@@ -166,11 +177,20 @@ func (s *Store) readDir(b *Branch, rel string, max int) ([]DirEntry, error) {
 	if res.Depth > 0 {
 		cut = res.cut
 	}
-	for d := res.Depth; d >= 1 && d >= cut; d-- {
+	// The root is in every layer without an index entry (it has one only when
+	// opaque or preserved): walk from the top of the view for it.
+	top := res.Depth
+	if rel == "" {
+		top = max
+	}
+	for d := top; d >= 1 && d >= cut; d-- {
 		l := b.chain[d-1]
 		e, ok := s.get(l, rel)
 		if !ok {
-			continue
+			if rel != "" || !l.made {
+				continue
+			}
+			e = entry{l: l, kind: kDir}
 		}
 		if e.kind != kDir {
 			break

@@ -61,6 +61,7 @@ type Branch struct {
 	forkDepth int
 	gen       uint64 // bumped by every commit into this branch
 	stale     bool
+	gone      bool // aborted or committed: a handle still held fails with ESTALE
 	Quota     int64
 }
 
@@ -510,14 +511,15 @@ func (s *Store) Abort(name string) error {
 	if err := s.save(nil, names, nil); err != nil {
 		return fmt.Errorf("abort %s: %w", name, err)
 	}
-	for _, n := range names {
-		delete(s.branches, n)
+	for _, d := range drop {
+		d.gone = true
+		delete(s.branches, d.Name)
 	}
 	s.reclaimLocked()
 	return nil
 }
 
-// Dropped reports names of the branches Abort(name) would drop: the branch
+// Subtree reports the names of the branches Abort(name) would drop: the branch
 // and its subtree.
 func (s *Store) Subtree(name string) []string {
 	s.mu.RLock()
