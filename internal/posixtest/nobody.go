@@ -29,17 +29,25 @@ const (
 )
 
 // Main runs the tests of a package that calls Run, and must be called from
-// its TestMain:
+// its TestMain (or ServeChild must be):
 //
 //	func TestMain(m *testing.M) { posixtest.Main(m) }
 //
 // In a child started by a case's Nobody step it runs that step instead and
 // exits; otherwise it runs m and exits with its code.
 func Main(m *testing.M) {
+	ServeChild()
+	os.Exit(m.Run())
+}
+
+// ServeChild is Main's first half, for a TestMain that has work of its own:
+// if this process is a child started by a case's Nobody step, it runs that
+// step and exits; otherwise it returns at once. Call it before anything
+// else in TestMain (in particular before mounting anything).
+func ServeChild() {
 	if name := os.Getenv(envChildCase); name != "" {
 		os.Exit(nobodyChild(name, os.Getenv(envChildDir)))
 	}
-	os.Exit(m.Run())
 }
 
 // nobodyChild drops to uid and gid 65534 and runs case name's Nobody on
@@ -134,6 +142,6 @@ func runNobody(t *testing.T, name, dir string) {
 	case ctx.Err() != nil:
 		t.Fatalf("as uid %d: child timed out after %v; output:\n%s", nobodyID, childTimeout, text)
 	default:
-		t.Fatalf("as uid %d: the child did not run the check (does this package's TestMain call posixtest.Main(m)?); exit %v; output:\n%s", nobodyID, err, text)
+		t.Fatalf("as uid %d: the child did not run the check (does this package's TestMain call posixtest.Main or posixtest.ServeChild?); exit %v; output:\n%s", nobodyID, err, text)
 	}
 }
