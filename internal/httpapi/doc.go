@@ -1,0 +1,58 @@
+// Package httpapi is the daemon's HTTP face: the tree verbs as REST
+// resources under /v1, with forkd's conventions (bearer token, loopback by
+// default, an audit log) and k7d's replies.
+//
+// # Resources
+//
+//	POST   /v1/trees                                  tree_create (201)
+//	GET    /v1/trees                                  tree_list
+//	GET    /v1/trees/{tree}                           tree_nodes
+//	DELETE /v1/trees/{tree}                           tree_drop
+//	POST   /v1/trees/{tree}/open                      tree_open
+//	POST   /v1/trees/{tree}/evict                     tree_auto_evict
+//	GET    /v1/trees/{tree}/watch                     tree_watch, as server-sent events
+//	GET    /v1/events[?tree=ID]                       tree_watch of one or every tree (SSE)
+//	POST   /v1/trees/{tree}/nodes/{node}/fork         {"label"} tree_fork, {"labels"} tree_fork_batch (201)
+//	POST   /v1/trees/{tree}/nodes/{node}/rollback     {"label"} tree_rollback (201)
+//	POST   /v1/trees/{tree}/nodes/{node}/{verb}       commit, protect, unprotect, suspend, resume, prune
+//	DELETE /v1/trees/{tree}/nodes/{node}              tree_abort
+//	GET    /v1/version                                ping
+//	GET    /v1/openapi.json                           this API as OpenAPI 3
+//	GET    /metrics                                   Prometheus
+//	GET    /healthz                                   liveness, without the token
+//
+// A reply body is the api.Response of the verb, exactly as the JSON-lines
+// face sends it. An error is {"status":"error","code","message"} with the
+// HTTP status mapped from the code: bad_request 400, unauthorized 401,
+// not_found 404, exists/stale/bad_state/protected/busy/budget 409 (budget is
+// a conflict with the tree's current state, which abort, prune or evict can
+// change, so 409 rather than 422), no_space 507, internal 500. Unknown routes
+// (404) and methods (405, with Allow) use the same envelope.
+//
+// Request bodies are JSON objects decoded strictly (unknown fields, wrong
+// types and trailing data are bad_request) and limited to
+// Config.MaxBodyBytes (413 with code bad_request). Verbs without arguments
+// accept an empty body or {}.
+//
+// # Watch as server-sent events
+//
+// The first event is "tree_watching" (the snapshot reply), then one
+// "tree_event" per change, each with id = the event's seq and data = the
+// same JSON line the socket face sends. A comment line every 15 s keeps
+// proxies from timing the stream out.
+//
+// # Security
+//
+// Every route but /healthz needs "Authorization: Bearer <token>" when
+// Config.Token is set, compared in constant time (over SHA-256 digests, so
+// the length does not leak either). New refuses a listen address that is not
+// loopback unless a token is set. The audit log gets one JSON line per
+// request (time, remote, method, path, status, duration, op, tree, node);
+// never the token or the query string.
+//
+// # Lifecycle
+//
+// Serve runs an http.Server on a listener until ctx ends, then stops
+// accepting, ends every watch stream, lets verbs in flight finish (up to
+// ShutdownTimeout) and returns after all handlers have.
+package httpapi

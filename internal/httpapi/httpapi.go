@@ -1,0 +1,372 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/metrics"
+)
+
+// Handler serves the verbs; the engine implements it.
+type Handler interface {
+	// Do serves one request. A returned error wraps an api sentinel (api.Code(err) gives the wire code).
+	Do(ctx context.Context, req api.Request) (api.Response, error)
+	// Watch returns a snapshot (Status "tree_watching", with Nodes) and a stream of events until ctx ends.
+	Watch(ctx context.Context, treeID string) (api.Response, <-chan api.Event, error)
+}
+
+// Defaults.
+const (
+	DefaultAddr            = "127.0.0.1:8890"
+	DefaultMaxBodyBytes    = 1 << 20
+	DefaultShutdownTimeout = 5 * time.Second
+)
+
+// Config configures a Server. Handler is required.
+type Config struct {
+	// Addr is where Run listens; empty means DefaultAddr. A non-loopback
+	// address needs a Token.
+	Addr string
+	// Token, if set, is required as "Authorization: Bearer <Token>" on every
+	// route but /healthz.
+	Token   string
+	Handler Handler
+	// Metrics counts requests and serves /metrics; nil makes a private one.
+	Metrics *metrics.Metrics
+	// AuditLog gets one JSON line per request; nil keeps none. OpenAuditLog
+	// opens a file the right way (append-only).
+	AuditLog io.Writer
+	// Logger logs recovered panics and audit write failures; nil discards.
+	Logger *slog.Logger
+	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// ShutdownTimeout bounds how long Serve waits for verbs in flight
+	// after ctx ends; 0 means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// Version is reported by GET /v1/version when the Handler's ping
+	// reply has none.
+	Version string
+}
+
+// Server is the HTTP face. It is an http.Handler.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	token   [sha256.Size]byte
+	auditMu sync.Mutex // serialises audit lines
+	auditOK bool       // guarded by auditMu: false after a write failure was logged
+}
+
+// New validates cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Handler == nil {
+		return nil, fmt.Errorf("httpapi: Config.Handler is required")
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if strings.ContainsFunc(cfg.Token, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return nil, fmt.Errorf("httpapi: Config.Token contains whitespace or control characters")
+	}
+	loop, err := isLoopback(cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	if !loop && cfg.Token == "" {
+		return nil, fmt.Errorf("httpapi: refusing to listen on non-loopback address %q without a token", cfg.Addr)
+	}
+	if cfg.MaxBodyBytes < 0 || cfg.ShutdownTimeout < 0 {
+		return nil, fmt.Errorf("httpapi: negative MaxBodyBytes or ShutdownTimeout")
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.Metrics == nil {
+		m, err := metrics.New(metrics.Config{})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Metrics = m
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: log, mux: http.NewServeMux(), auditOK: true}
+	if cfg.Token != "" {
+		s.token = sha256.Sum256([]byte(cfg.Token))
+	}
+	for _, rt := range s.routes() {
+		s.mux.Handle(rt.method+" "+rt.pattern, rt.h)
+	}
+	return s, nil
+}
+
+// isLoopback reports whether a listen address binds only loopback
+// interfaces. An empty host or 0.0.0.0 binds all; a name other than
+// localhost could resolve anywhere.
+func isLoopback(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, fmt.Errorf("httpapi: listen address %q: %w", addr, err)
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true, nil
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback(), nil
+}
+
+// OpenAuditLog opens (creating with mode 0600) an append-only audit log.
+func OpenAuditLog(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("httpapi: audit log: %w", err)
+	}
+	return f, nil
+}
+
+// Addr returns the configured listen address.
+func (s *Server) Addr() string { return s.cfg.Addr }
+
+// Run listens on Config.Addr and serves until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("httpapi: %w", err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+type stopKey struct{}
+
+// Serve serves on ln until ctx ends; it owns ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	stopping, stop := context.WithCancel(context.Background())
+	defer stop()
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// Verbs run on a context that shutdown does not cancel (they finish
+		// in the grace period); watch streams also select on stopping.
+		BaseContext: func(net.Listener) context.Context {
+			return context.WithValue(context.Background(), stopKey{}, stopping)
+		},
+	}
+	srv.RegisterOnShutdown(stop)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("httpapi: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("httpapi: %w", err)
+	}
+	// Shutdown does not wait for hijacked or still-running handlers after
+	// its timeout; the handlers' goroutines belong to net/http and end
+	// once their streams see stopping.
+	return nil
+}
+
+// recorder captures the status for the audit log and metrics.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+	op     string // set by the route (setOp)
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if !r.wrote {
+		r.status, r.wrote = http.StatusOK, true
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// ServeHTTP authenticates, routes and audits one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("httpapi: panic", "method", r.Method, "path", r.URL.Path, "panic", p)
+			if !rec.wrote {
+				writeError(rec, api.Errorf(api.ErrInternal, "the daemon failed serving this request"))
+			}
+		}
+		s.audit(r, rec, time.Since(start))
+	}()
+	if r.URL.Path != "/healthz" && !s.authorized(r) {
+		rec.Header().Set("WWW-Authenticate", `Bearer realm="arbord"`)
+		writeError(rec, api.Errorf(api.ErrAuth, "missing or wrong bearer token"))
+		s.cfg.Metrics.Observe(metrics.FaceHTTP, metrics.OpUnknown, api.CodeAuth, time.Since(start))
+		return
+	}
+	if h, pattern := s.mux.Handler(r); pattern == "" {
+		// No route: let the mux decide 404 or 405 (and Allow), then answer
+		// with the envelope.
+		probe := &statusProbe{h: http.Header{}}
+		h.ServeHTTP(probe, r)
+		switch probe.status {
+		case http.StatusMethodNotAllowed:
+			rec.Header().Set("Allow", probe.h.Get("Allow"))
+			writeErrorStatus(rec, http.StatusMethodNotAllowed, api.Errorf(api.ErrBadRequest, "method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, probe.h.Get("Allow")))
+		case http.StatusNotFound:
+			writeErrorStatus(rec, http.StatusNotFound, api.Errorf(api.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
+		default: // a redirect to a cleaned path
+			h.ServeHTTP(rec, r)
+			return
+		}
+		s.cfg.Metrics.Observe(metrics.FaceHTTP, metrics.OpUnknown, api.CodeNotFound, time.Since(start))
+		return
+	}
+	s.mux.ServeHTTP(rec, r)
+}
+
+// statusProbe records what the mux's own 404/405 handlers would answer.
+type statusProbe struct {
+	h      http.Header
+	status int
+}
+
+func (p *statusProbe) Header() http.Header { return p.h }
+func (p *statusProbe) Write(b []byte) (int, error) {
+	if p.status == 0 {
+		p.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (p *statusProbe) WriteHeader(code int) {
+	if p.status == 0 {
+		p.status = code
+	}
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	if s.cfg.Token == "" {
+		return true
+	}
+	h := r.Header.Get("Authorization")
+	if len(h) < 7 || !strings.EqualFold(h[:7], "bearer ") { // the scheme is case-insensitive
+		return false
+	}
+	tok := h[7:]
+	got := sha256.Sum256([]byte(tok))
+	return subtle.ConstantTimeCompare(got[:], s.token[:]) == 1
+}
+
+type auditLine struct {
+	Time       string `json:"time"`
+	Remote     string `json:"remote"`
+	Method     string `json:"method"`
+	Path       string `json:"path"`
+	Status     int    `json:"status"`
+	DurationUS int64  `json:"duration_us"`
+	Op         string `json:"op,omitempty"`
+	Tree       string `json:"tree,omitempty"`
+	Node       string `json:"node,omitempty"`
+	UserAgent  string `json:"ua,omitempty"`
+}
+
+func (s *Server) audit(r *http.Request, rec *recorder, d time.Duration) {
+	if s.cfg.AuditLog == nil {
+		return
+	}
+	tree := r.PathValue("tree")
+	if tree == "" && r.URL.Path == "/v1/events" {
+		tree = r.URL.Query().Get("tree")
+	}
+	ln := auditLine{
+		Time: time.Now().UTC().Format(time.RFC3339Nano), Remote: r.RemoteAddr,
+		Method: r.Method, Path: r.URL.Path, Status: rec.status, DurationUS: d.Microseconds(),
+		Op: rec.op, Tree: tree, Node: r.PathValue("node"), UserAgent: r.UserAgent(),
+	}
+	b, _ := json.Marshal(ln)
+	b = append(b, '\n')
+	s.auditMu.Lock()
+	defer s.auditMu.Unlock()
+	if _, err := s.cfg.AuditLog.Write(b); err != nil && s.auditOK {
+		s.auditOK = false // log the first failure only, not one per request
+		s.log.Error("httpapi: audit log write failed; later failures are not logged", "err", err)
+	} else if err == nil {
+		s.auditOK = true
+	}
+}
+
+// Status maps an api error code to its HTTP status.
+func Status(code string) int {
+	switch code {
+	case api.CodeBadRequest:
+		return http.StatusBadRequest
+	case api.CodeAuth:
+		return http.StatusUnauthorized
+	case api.CodeNotFound:
+		return http.StatusNotFound
+	case api.CodeExists, api.CodeStale, api.CodeState, api.CodeProtected, api.CodeBusy, api.CodeBudget:
+		return http.StatusConflict
+	case api.CodeNoSpace:
+		return http.StatusInsufficientStorage
+	}
+	return http.StatusInternalServerError
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	writeErrorStatus(w, Status(api.Code(err)), err)
+}
+
+func writeErrorStatus(w http.ResponseWriter, status int, err error) {
+	writeJSON(w, status, api.Response{Status: api.StatusError, Code: api.Code(err), Message: err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(api.Response{Status: api.StatusError, Code: api.CodeInternal, Message: "encoding reply: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
