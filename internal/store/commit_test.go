@@ -1,0 +1,274 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/arbor-dev/arbor/api"
+)
+
+// TestFirstCommitWins: 16 siblings commit into their parent at once:
+// exactly one wins, the others get ErrStale and stay stale until aborted.
+func TestFirstCommitWins(t *testing.T) {
+	for _, parent := range []string{Main, "p"} {
+		t.Run(parent, func(t *testing.T) {
+			f := newFixture(t, isoBase)
+			if parent != Main {
+				f.fork(Main, "p")
+				f.write(f.br("p"), "pfile", "p")
+			}
+			const n = 16
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("c%02d", i)
+			}
+			f.fork(parent, names...)
+			for _, name := range names {
+				f.write(f.br(name), "who", name)
+				f.write(f.br(name), "own/"+name, name)
+			}
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i, name := range names {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					_, errs[i] = f.s.Commit(name, i%2 == 0)
+				}()
+			}
+			close(start)
+			wg.Wait()
+			winner := ""
+			for i, err := range errs {
+				switch {
+				case err == nil && winner != "":
+					t.Fatalf("both %s and %s committed", winner, names[i])
+				case err == nil:
+					winner = names[i]
+				case !errors.Is(err, api.ErrStale):
+					t.Errorf("loser %s: %v, want an error wrapping ErrStale", names[i], err)
+				}
+			}
+			if winner == "" {
+				t.Fatalf("no commit succeeded: %v", errs)
+			}
+			pb := f.br(parent)
+			if got := f.read(pb, "who"); got != winner {
+				t.Errorf("%s reads who = %q, want the winner %q", parent, got, winner)
+			}
+			if got := f.ls(pb, "own"); got != winner {
+				t.Errorf("%s lists own = %q, want only the winner's %q", parent, got, winner)
+			}
+			if _, err := f.s.Branch(winner); !errors.Is(err, api.ErrNotFound) {
+				t.Errorf("the winner is still a branch: %v", err)
+			}
+			check := func(when string) {
+				for _, name := range names {
+					if name == winner {
+						continue
+					}
+					b := f.br(name)
+					if !b.Stale() {
+						t.Errorf("%s: loser %s is not stale", when, name)
+					}
+					staleOps(t, f.s, b)
+					if _, err := f.s.Commit(name, false); !errors.Is(err, api.ErrStale) {
+						t.Errorf("%s: commit of stale %s = %v", when, name, err)
+					}
+				}
+			}
+			check("live")
+			f.reopen()
+			check("after reopen")
+			for _, name := range names {
+				if name != winner {
+					if err := f.s.Abort(name); err != nil {
+						t.Errorf("abort %s: %v", name, err)
+					}
+				}
+			}
+			want := 2 // main and p
+			if parent == Main {
+				want = 1
+			}
+			if got := len(f.s.Branches()); got != want {
+				t.Errorf("branches after the aborts: %v", f.s.Branches())
+			}
+		})
+	}
+}
+
+// staleOps checks that every path operation on b fails with ESTALE.
+func staleOps(t *testing.T, s *Store, b *Branch) {
+	t.Helper()
+	mk := func(real string) error { t.Errorf("%s: mk called on a stale branch", b.Name); return nil }
+	ops := map[string]func() error{
+		"resolve": func() error { _, err := s.Resolve(b, "a"); return err },
+		"readdir": func() error { _, err := s.ReadDir(b, ""); return err },
+		"copyup":  func() error { _, err := s.CopyUp(b, "a"); return err },
+		"create":  func() error { return s.Create(b, "newfile", false, mk) },
+		"remove":  func() error { return s.Remove(b, "a", false) },
+		"rename":  func() error { return s.Rename(b, "a", "a2", 0) },
+		"link":    func() error { return s.Link(b, "a", "a2") },
+	}
+	for name, op := range ops {
+		if err := op(); !errors.Is(err, syscall.ESTALE) {
+			t.Errorf("%s on %s: %v, want ESTALE", name, b.Name, err)
+		}
+	}
+}
+
+// TestCommitAfterParentChanged: a parent that wrote after the fork refuses
+// the commit with a clear ErrStale, and the branch is kept intact.
+func TestCommitAfterParentChanged(t *testing.T) {
+	tests := []struct {
+		name   string
+		parent string
+		change func(f *fixture, p *Branch)
+	}{
+		{"main wrote", Main, func(f *fixture, p *Branch) { f.write(p, "a", "a1") }},
+		{"main deleted", Main, func(f *fixture, p *Branch) { f.rm(p, "b") }},
+		{"main created", Main, func(f *fixture, p *Branch) { f.write(p, "n", "n") }},
+		{"branch wrote", "p", func(f *fixture, p *Branch) { f.write(p, "a", "a1") }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, isoBase)
+			if tt.parent != Main {
+				f.fork(Main, "p")
+			}
+			f.fork(tt.parent, "c")
+			f.write(f.br("c"), "cfile", "mine")
+			tt.change(f, f.br(tt.parent))
+			_, err := f.s.Commit("c", true)
+			if !errors.Is(err, api.ErrStale) {
+				t.Fatalf("commit = %v, want ErrStale", err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, "changed since") || !strings.Contains(msg, tt.parent) {
+				t.Errorf("message %q does not say the parent changed", msg)
+			}
+			c := f.br("c")
+			if c.Stale() {
+				t.Errorf("c is marked stale by a refused commit")
+			}
+			if got := f.read(c, "cfile"); got != "mine" {
+				t.Errorf("c lost its file: %q", got)
+			}
+			if got := f.read(f.br(tt.parent), "cfile"); got != "ENOENT" {
+				t.Errorf("the refused commit leaked into the parent: %q", got)
+			}
+			f.write(c, "cfile", "still writable")
+			if err := f.s.Abort("c"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestStaleAfterCommit: a commit makes the siblings and their descendants
+// stale, not the parent's other relatives.
+func TestStaleAfterCommit(t *testing.T) {
+	f := newFixture(t, isoBase)
+	f.fork(Main, "p", "q")
+	f.write(f.br("p"), "p", "p")
+	f.fork("p", "a", "b")
+	f.write(f.br("b"), "b", "b")
+	f.fork("b", "b1")
+	f.fork("b1", "b11")
+	f.write(f.br("a"), "a", "a")
+	f.fork("a", "a1")
+	res := f.commit("a", false)
+	if res.Parent != "p" || strings.Join(res.Stale, ",") != "a1,b,b1,b11" {
+		t.Fatalf("commit result %+v, want parent p and stale a1,b,b1,b11", res)
+	}
+	for name, want := range map[string]bool{"p": false, "q": false, "b": true, "b1": true, "b11": true, "a1": true} {
+		if got := f.br(name).Stale(); got != want {
+			t.Errorf("%s stale = %v, want %v", name, got, want)
+		}
+	}
+	// Fork and create on a stale branch fail with ErrStale / ESTALE.
+	if err := f.s.Fork("b", "b2"); !errors.Is(err, api.ErrStale) {
+		t.Errorf("fork of stale b = %v", err)
+	}
+	staleOps(t, f.s, f.br("b11"))
+	// Abort of a stale branch drops its subtree.
+	if err := f.s.Abort("b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"b", "b1", "b11"} {
+		if _, err := f.s.Branch(n); !errors.Is(err, api.ErrNotFound) {
+			t.Errorf("%s after abort of b: %v", n, err)
+		}
+	}
+	// A commit into main makes every other branch stale.
+	res = f.commit("p", true)
+	if strings.Join(res.Stale, ",") != "q" { // a1 was stale already
+		t.Errorf("commit into main: newly stale %v, want q", res.Stale)
+	}
+	if got := f.baseRead("a"); got != "a" {
+		t.Errorf("base a = %q", got)
+	}
+}
+
+// TestRequestErrors: the sentinel each bad request wraps.
+func TestRequestErrors(t *testing.T) {
+	f := newFixture(t, isoBase)
+	f.fork(Main, "c")
+	long := strings.Repeat("x", 200)
+	tests := []struct {
+		name string
+		op   func() error
+		want error
+	}{
+		{"commit main", func() error { _, err := f.s.Commit(Main, false); return err }, api.ErrBadRequest},
+		{"abort main", func() error { return f.s.Abort(Main) }, api.ErrBadRequest},
+		{"commit unknown", func() error { _, err := f.s.Commit("nosuch", false); return err }, api.ErrNotFound},
+		{"abort unknown", func() error { return f.s.Abort("nosuch") }, api.ErrNotFound},
+		{"fork unknown", func() error { return f.s.Fork("nosuch", "x") }, api.ErrNotFound},
+		{"branch unknown", func() error { _, err := f.s.Branch("nosuch"); return err }, api.ErrNotFound},
+		{"fork name with /", func() error { return f.s.Fork(Main, "a/b") }, api.ErrBadRequest},
+		{"fork empty name", func() error { return f.s.Fork(Main, "") }, api.ErrBadRequest},
+		{"fork no names", func() error { return f.s.Fork(Main) }, api.ErrBadRequest},
+		{"fork dot", func() error { return f.s.Fork(Main, "..") }, api.ErrBadRequest},
+		{"fork long name", func() error { return f.s.Fork(Main, long) }, api.ErrBadRequest},
+		{"fork name twice in one call", func() error { return f.s.Fork(Main, "x", "x") }, api.ErrBadRequest},
+		{"fork existing child", func() error { return f.s.Fork(Main, "c") }, api.ErrExists},
+		{"fork main", func() error { return f.s.Fork("c", Main) }, api.ErrExists},
+		{"open without dir", func() error { _, err := Open(Config{Base: f.base}); return err }, api.ErrBadRequest},
+		{"open on a file", func() error { _, err := Open(Config{Dir: t.TempDir(), Base: f.base + "/a"}); return err }, api.ErrBadRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.op(); !errors.Is(err, tt.want) {
+				t.Fatalf("%v, want %v", err, tt.want)
+			}
+		})
+	}
+	// A fork of an existing name created nothing; the first fork is intact.
+	if err := f.s.Fork(Main, "c2", "c"); !errors.Is(err, api.ErrExists) {
+		t.Fatalf("fork with one existing child = %v", err)
+	}
+	if _, err := f.s.Branch("c2"); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("a refused fork made c2: %v", err)
+	}
+	if got := len(f.s.Branches()); got != 2 {
+		t.Errorf("branches: %v", f.s.Branches())
+	}
+	// Reserved names inside a branch.
+	c := f.br("c")
+	if err := f.s.Create(c, ".wh.x", false, func(string) error { return nil }); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("create .wh.x = %v, want EINVAL", err)
+	}
+	if err := f.s.Create(c, "a", false, func(string) error { return nil }); !errors.Is(err, syscall.EEXIST) {
+		t.Errorf("create over a = %v, want EEXIST", err)
+	}
+	if err := f.s.Create(c, "a/x", false, func(string) error { return nil }); !errors.Is(err, syscall.ENOTDIR) {
+		t.Errorf("create under a file = %v, want ENOTDIR", err)
+	}
+}
