@@ -1,0 +1,320 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/tree"
+)
+
+// Version is the engine's version, reported by ping.
+const Version = "0.1.0"
+
+// Observer hears about every request the engine serves; the metrics layer
+// builds its histograms from it. OnOp is called from the serving goroutine
+// after the request finished and must not block.
+type Observer interface {
+	OnOp(op string, d time.Duration, err error)
+}
+
+// Config configures New. Home is required; the zero value of every other
+// field means its default.
+type Config struct {
+	// Home is the engine's state directory: trees.db and trees/<id>/.
+	Home string
+	// OpenFiles opens a tree's files layer. Required.
+	OpenFiles OpenFiles
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger receives what the engine cannot return: files reclaimed late,
+	// trees that failed to reopen. nil discards.
+	Logger *slog.Logger
+	// Observer, if set, hears about every request.
+	Observer Observer
+	// WatchBuffer is each watcher's event buffer; a watcher that falls this
+	// far behind is cut off (its channel closed). 0 means 1024.
+	WatchBuffer int
+}
+
+// Engine serves the tree verbs. It is safe for concurrent use.
+//
+// Locking: Engine.mu guards trees and closed (held only to look up, insert
+// or remove a tree). Engine.life serialises tree_create, tree_open and
+// tree_drop with each other, so an id is never created twice. Each
+// treeState.mu serialises every verb on that tree, its Files calls and its
+// metadata writes. Lock order: life, then a treeState.mu, then Engine.mu,
+// then hub.mu. hub.mu guards the watchers.
+type Engine struct {
+	cfg  Config
+	meta *meta
+	log  *slog.Logger
+
+	life sync.Mutex
+
+	mu     sync.Mutex
+	trees  map[string]*treeState
+	closed bool
+
+	hub hub
+}
+
+// treeState is one loaded tree.
+type treeState struct {
+	id string // immutable
+
+	mu      sync.Mutex // guards every field below
+	meta    treeMeta
+	t       *tree.Tree
+	files   Files
+	seq     uint64 // the last event's sequence number
+	dropped bool   // unloaded: a verb that found this pointer before the drop must report not found
+}
+
+// New opens the engine's state in cfg.Home and reloads every open tree,
+// reconciling each with its files layer. A tree that fails to reopen is left
+// closed (tree_open retries it) and logged.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Home == "" {
+		return nil, api.Errorf(api.ErrBadRequest, "engine: Home is required")
+	}
+	if cfg.OpenFiles == nil {
+		return nil, api.Errorf(api.ErrBadRequest, "engine: OpenFiles is required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.WatchBuffer <= 0 {
+		cfg.WatchBuffer = 1024
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Home, "trees"), 0o700); err != nil {
+		return nil, fmt.Errorf("engine home: %w: %v", api.ErrInternal, err)
+	}
+	m, err := openMeta(filepath.Join(cfg.Home, "trees.db"))
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, meta: m, log: cfg.Logger, trees: map[string]*treeState{}}
+	e.hub.init()
+	tms, err := m.trees()
+	if err != nil {
+		m.close()
+		return nil, err
+	}
+	for _, tm := range tms {
+		if !tm.Open {
+			continue
+		}
+		ts, err := e.load(context.Background(), tm.ID)
+		if err != nil {
+			e.log.Warn("tree not reopened", "tree", tm.ID, "err", err)
+			continue
+		}
+		e.trees[tm.ID] = ts
+	}
+	return e, nil
+}
+
+// Close closes every tree's files layer and the metadata store, and ends
+// every watch. Verbs in flight finish first.
+func (e *Engine) Close() error {
+	e.life.Lock()
+	defer e.life.Unlock()
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	trees := e.trees
+	e.trees = map[string]*treeState{}
+	e.mu.Unlock()
+	var errs []error
+	for _, ts := range trees {
+		ts.mu.Lock()
+		ts.dropped = true
+		if err := ts.files.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close tree %s files: %w", ts.id, err))
+		}
+		ts.mu.Unlock()
+	}
+	e.hub.close()
+	if err := e.meta.close(); err != nil {
+		errs = append(errs, dbErr("close metadata", err))
+	}
+	return errors.Join(errs...)
+}
+
+// get returns tree id locked; the caller unlocks ts.mu.
+func (e *Engine) get(op, id string) (*treeState, error) {
+	if id == "" {
+		return nil, api.Errorf(api.ErrBadRequest, "%s: tree_id is required", op)
+	}
+	e.mu.Lock()
+	ts, ok := e.trees[id]
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return nil, api.Errorf(api.ErrBusy, "%s: engine closed", op)
+	}
+	if !ok {
+		return nil, api.Errorf(api.ErrNotFound, "%s: tree %q", op, id)
+	}
+	ts.mu.Lock()
+	if ts.dropped {
+		ts.mu.Unlock()
+		return nil, api.Errorf(api.ErrNotFound, "%s: tree %q", op, id)
+	}
+	return ts, nil
+}
+
+// Do serves one request. The error it returns wraps an api sentinel.
+func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, err error) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			e.log.Error("engine panic", "op", req.Op, "panic", r, "stack", string(debug.Stack()))
+			resp, err = api.Response{}, api.Errorf(api.ErrInternal, "%s: internal error", req.Op)
+		}
+		if err != nil && !isAPI(err) {
+			err = fmt.Errorf("%s: %w: %v", req.Op, api.ErrInternal, err)
+		}
+		if e.cfg.Observer != nil {
+			e.cfg.Observer.OnOp(req.Op, time.Since(start), err)
+		}
+	}()
+	if err := ctx.Err(); err != nil {
+		return api.Response{}, fmt.Errorf("%s: %w: %v", req.Op, api.ErrInternal, err)
+	}
+	switch req.Op {
+	case api.OpPing:
+		return api.Response{Status: "pong", Version: Version}, nil
+	case api.OpTreeCreate:
+		return e.create(ctx, req)
+	case api.OpTreeList:
+		return api.Response{Status: "tree_list", Trees: e.list()}, nil
+	case api.OpTreeOpen:
+		return e.open(ctx, req)
+	case api.OpTreeDrop:
+		return e.drop(req)
+	case api.OpTreeWatch:
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_watch streams: the face calls Watch")
+	case api.OpTreeFork, api.OpTreeForkBat, api.OpTreeRollback, api.OpTreeCommit, api.OpTreeAbort,
+		api.OpTreePrune, api.OpTreeProtect, api.OpTreeUnprot, api.OpTreeSuspend, api.OpTreeResume,
+		api.OpTreeEvict, api.OpTreeNodes:
+	default:
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "unknown op %q", req.Op)
+	}
+	ts, err := e.get(req.Op, req.TreeID)
+	if err != nil {
+		return api.Response{}, err
+	}
+	defer ts.mu.Unlock()
+	switch req.Op {
+	case api.OpTreeFork:
+		return e.fork(ctx, ts, req, "tree_forked", req.SourceID, []string{req.Label})
+	case api.OpTreeForkBat:
+		return e.fork(ctx, ts, req, "tree_fork_batch", req.SourceID, req.Labels)
+	case api.OpTreeRollback:
+		return e.fork(ctx, ts, req, "tree_forked", req.NodeID, []string{req.Label})
+	case api.OpTreeCommit:
+		return e.commit(ctx, ts, req)
+	case api.OpTreeAbort, api.OpTreePrune:
+		return e.remove(ctx, ts, req)
+	case api.OpTreeProtect, api.OpTreeUnprot, api.OpTreeSuspend, api.OpTreeResume:
+		return e.simple(ts, req)
+	case api.OpTreeEvict:
+		return e.evict(ts)
+	case api.OpTreeNodes:
+		e.measure(ts, nil)
+		return e.nodesResponse(ts, "tree_node_list"), nil
+	}
+	return api.Response{}, api.Errorf(api.ErrBadRequest, "unknown op %q", req.Op)
+}
+
+// isAPI reports whether err wraps an api sentinel.
+func isAPI(err error) bool {
+	for _, s := range []error{api.ErrBadRequest, api.ErrNotFound, api.ErrExists, api.ErrStale, api.ErrBudget,
+		api.ErrProtected, api.ErrState, api.ErrBusy, api.ErrNoSpace, api.ErrAuth, api.ErrInternal} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// TreeStats is one tree's state for gauges.
+type TreeStats struct {
+	TreeID string
+	Usage  api.Usage
+	Budget api.Budget
+	// Nodes counts nodes by state (api.StateLive, api.StateSuspended, api.StateStale).
+	Nodes map[string]int
+}
+
+// Stats reports every loaded tree, in id order.
+func (e *Engine) Stats() []TreeStats {
+	var out []TreeStats
+	for _, ts := range e.loaded() {
+		ts.mu.Lock()
+		if !ts.dropped {
+			s := TreeStats{TreeID: ts.id, Usage: ts.t.Usage(), Budget: ts.t.Budget(), Nodes: map[string]int{}}
+			for st, n := range ts.t.CountByState() {
+				s.Nodes[string(st)] = n
+			}
+			out = append(out, s)
+		}
+		ts.mu.Unlock()
+	}
+	return out
+}
+
+// loaded returns the loaded trees in id order.
+func (e *Engine) loaded() []*treeState {
+	e.mu.Lock()
+	out := make([]*treeState, 0, len(e.trees))
+	for _, ts := range e.trees {
+		out = append(out, ts)
+	}
+	e.mu.Unlock()
+	slices.SortFunc(out, func(a, b *treeState) int { return cmpString(a.id, b.id) })
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (e *Engine) list() []api.Tree {
+	out := []api.Tree{}
+	for _, ts := range e.loaded() {
+		ts.mu.Lock()
+		if !ts.dropped {
+			out = append(out, ts.summary())
+		}
+		ts.mu.Unlock()
+	}
+	return out
+}
+
+func (ts *treeState) summary() api.Tree {
+	return api.Tree{ID: ts.meta.ID, Base: ts.meta.Base, Backend: ts.meta.Backend, Root: ts.t.Root(),
+		Usage: ts.t.Usage(), Budget: ts.t.Budget()}
+}

@@ -1,0 +1,37 @@
+package engine
+
+import "context"
+
+// Files is one tree's file layer: each node's files are a branch. The root
+// node's branch is "main"; every other node's branch is named by its node id.
+//
+// Errors wrap api sentinels: api.ErrNotFound for an unknown branch,
+// api.ErrExists for a name already taken, api.ErrStale for a lost commit.
+// Implementations are safe for concurrent use; the engine calls one tree's
+// Files under that tree's mutex. internal/engine/filestest is the behaviour
+// every implementation must show.
+type Files interface {
+	// Fork makes children of parent, each seeing parent's current files (O(1) in the real one).
+	Fork(ctx context.Context, parent string, children []string) error
+	// Commit applies child's changes to its parent atomically; if the parent changed since
+	// child's fork it fails wrapping api.ErrStale. It returns the branches that became stale.
+	// On success the child's branch is gone, in the same atomic step: the engine's crash
+	// recovery tells a commit that happened from one that did not by the child's absence.
+	Commit(ctx context.Context, child string) (stale []string, err error)
+	// Abort drops the branch and its subtree.
+	Abort(ctx context.Context, name string) error
+	// Path is the host path where the branch's files can be read and written.
+	Path(name string) (string, error)
+	// Branches lists every branch the files layer holds (for reconcile after a crash).
+	Branches() ([]string, error)
+	// DiskBytes is the bytes the branch's own layers hold.
+	DiskBytes(name string) int64
+	Close() error
+}
+
+// OpenFiles opens (creating if need be) the files layer of one tree: dir is the tree's private
+// directory under the daemon's home, base the user's base directory; the root branch is named "main".
+type OpenFiles func(ctx context.Context, dir, base string) (Files, error)
+
+// MainBranch is the root node's branch.
+const MainBranch = "main"

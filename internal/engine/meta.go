@@ -1,0 +1,222 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/tree"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Layout of trees.db:
+//
+//	trees/<tree id>/meta        treeMeta as JSON
+//	trees/<tree id>/intent      commitIntent as JSON, only while a commit is in flight
+//	trees/<tree id>/nodes/<id>  tree.Node as JSON, one key per node
+var (
+	bucketTrees = []byte("trees")
+	bucketNodes = []byte("nodes")
+	keyMeta     = []byte("meta")
+	keyIntent   = []byte("intent")
+)
+
+// treeMeta is what a tree records besides its nodes.
+type treeMeta struct {
+	ID        string     `json:"id"`
+	Base      string     `json:"base"`
+	Backend   string     `json:"backend"`
+	Budget    api.Budget `json:"budget"`
+	Root      string     `json:"root"`
+	NextID    uint64     `json:"next_id"`
+	CreatedAt time.Time  `json:"created_at"`
+	// Open is false after tree_drop: the tree stays on disk for tree_open
+	// but is not loaded when the engine starts.
+	Open bool `json:"open"`
+}
+
+// commitIntent is written before Files.Commit and removed with the commit's
+// plan: on open, an intent whose child branch is gone is a commit that
+// happened, and reconcile finishes it.
+type commitIntent struct {
+	Child  string `json:"child"`
+	Parent string `json:"parent"`
+}
+
+// meta is the engine's metadata store. bbolt serialises writers itself; each
+// method is one transaction.
+type meta struct {
+	db *bolt.DB
+}
+
+func openMeta(path string) (*meta, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		if err == bolt.ErrTimeout {
+			return nil, api.Errorf(api.ErrBusy, "open %s: held by another process", path)
+		}
+		return nil, fmt.Errorf("open %s: %w: %v", path, api.ErrInternal, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucketTrees)
+		return err
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init %s: %w: %v", path, api.ErrInternal, err)
+	}
+	return &meta{db: db}, nil
+}
+
+func (m *meta) close() error { return m.db.Close() }
+
+func dbErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w: %v", what, api.ErrInternal, err)
+}
+
+func putJSON(b *bolt.Bucket, key []byte, v any) error {
+	buf, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put(key, buf)
+}
+
+// treeIDs lists every tree on disk with its meta.
+func (m *meta) trees() ([]treeMeta, error) {
+	var out []treeMeta
+	err := m.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketTrees).ForEachBucket(func(k []byte) error {
+			b := tx.Bucket(bucketTrees).Bucket(k)
+			var tm treeMeta
+			if err := json.Unmarshal(b.Get(keyMeta), &tm); err != nil {
+				return fmt.Errorf("tree %s meta: %v", k, err)
+			}
+			out = append(out, tm)
+			return nil
+		})
+	})
+	return out, dbErr("list trees", err)
+}
+
+// exists reports whether tree id is on disk.
+func (m *meta) exists(id string) (bool, error) {
+	var ok bool
+	err := m.db.View(func(tx *bolt.Tx) error {
+		ok = tx.Bucket(bucketTrees).Bucket([]byte(id)) != nil
+		return nil
+	})
+	return ok, dbErr("look up tree", err)
+}
+
+// load reads one tree.
+func (m *meta) load(id string) (tm treeMeta, nodes []tree.Node, intent *commitIntent, err error) {
+	err = m.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketTrees).Bucket([]byte(id))
+		if b == nil {
+			return api.Errorf(api.ErrNotFound, "tree %q", id)
+		}
+		if err := json.Unmarshal(b.Get(keyMeta), &tm); err != nil {
+			return fmt.Errorf("meta: %v", err)
+		}
+		if v := b.Get(keyIntent); v != nil {
+			intent = new(commitIntent)
+			if err := json.Unmarshal(v, intent); err != nil {
+				return fmt.Errorf("intent: %v", err)
+			}
+		}
+		nb := b.Bucket(bucketNodes)
+		if nb == nil {
+			return fmt.Errorf("no nodes bucket")
+		}
+		return nb.ForEach(func(k, v []byte) error {
+			var n tree.Node
+			if err := json.Unmarshal(v, &n); err != nil {
+				return fmt.Errorf("node %s: %v", k, err)
+			}
+			nodes = append(nodes, n)
+			return nil
+		})
+	})
+	if err != nil && !isAPI(err) {
+		err = fmt.Errorf("load tree %s: %w: %v", id, api.ErrInternal, err)
+	}
+	return tm, nodes, intent, err
+}
+
+// create writes a new tree: its meta and its nodes, replacing anything
+// stored under id.
+func (m *meta) create(tm treeMeta, nodes []tree.Node) error {
+	return dbErr("save tree "+tm.ID, m.db.Update(func(tx *bolt.Tx) error {
+		tb := tx.Bucket(bucketTrees)
+		if tb.Bucket([]byte(tm.ID)) != nil {
+			if err := tb.DeleteBucket([]byte(tm.ID)); err != nil {
+				return err
+			}
+		}
+		b, err := tb.CreateBucket([]byte(tm.ID))
+		if err != nil {
+			return err
+		}
+		if err := putJSON(b, keyMeta, tm); err != nil {
+			return err
+		}
+		nb, err := b.CreateBucket(bucketNodes)
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			if err := putJSON(nb, []byte(n.ID), n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+// save writes one verb's plan and the tree's meta in one transaction: the
+// verb's commit point. intent, if not nil, is stored (commit in flight);
+// clearIntent removes a stored one.
+func (m *meta) save(tm treeMeta, p *tree.Plan, intent *commitIntent, clearIntent bool) error {
+	return dbErr("save "+tm.ID, m.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketTrees).Bucket([]byte(tm.ID))
+		if b == nil {
+			return fmt.Errorf("tree bucket missing")
+		}
+		if err := putJSON(b, keyMeta, tm); err != nil {
+			return err
+		}
+		if intent != nil {
+			if err := putJSON(b, keyIntent, intent); err != nil {
+				return err
+			}
+		}
+		if clearIntent {
+			if err := b.Delete(keyIntent); err != nil {
+				return err
+			}
+		}
+		if p == nil {
+			return nil
+		}
+		nb := b.Bucket(bucketNodes)
+		for _, n := range p.Put {
+			if err := putJSON(nb, []byte(n.ID), n); err != nil {
+				return err
+			}
+		}
+		for _, id := range p.Delete {
+			if err := nb.Delete([]byte(id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+// saveMeta writes only the tree's meta.
+func (m *meta) saveMeta(tm treeMeta) error { return m.save(tm, nil, nil, false) }

@@ -1,0 +1,570 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/tree"
+)
+
+// Limits on request fields.
+const (
+	MaxLabelBytes = 256
+	MaxBatch      = 1024 // labels in one tree_fork_batch
+	maxIDBytes    = 64
+)
+
+var treeIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// Backends the engine serves today.
+const BackendDir = "dir"
+
+func validLabel(op, l string) error {
+	if len(l) > MaxLabelBytes {
+		return api.Errorf(api.ErrBadRequest, "%s: label longer than %d bytes", op, MaxLabelBytes)
+	}
+	if !utf8.ValidString(l) {
+		return api.Errorf(api.ErrBadRequest, "%s: label is not UTF-8", op)
+	}
+	for _, r := range l {
+		if unicode.IsControl(r) {
+			return api.Errorf(api.ErrBadRequest, "%s: label %q has a control character", op, l)
+		}
+	}
+	return nil
+}
+
+func validNode(op, field, id string) error {
+	if id == "" {
+		return api.Errorf(api.ErrBadRequest, "%s: %s is required", op, field)
+	}
+	if len(id) > maxIDBytes || !utf8.ValidString(id) {
+		return api.Errorf(api.ErrBadRequest, "%s: %s is not a node id", op, field)
+	}
+	return nil
+}
+
+// branch is node id's files branch.
+func (ts *treeState) branch(id string) string {
+	if id == ts.t.Root() {
+		return MainBranch
+	}
+	return id
+}
+
+// nodeOf is the node of a files branch.
+func (ts *treeState) nodeOf(branch string) string {
+	if branch == MainBranch {
+		return ts.t.Root()
+	}
+	return branch
+}
+
+// emit streams one event of ts; ts.mu is held, so a tree's events are in order.
+func (e *Engine) emit(ts *treeState, kind, node string) {
+	ts.seq++
+	e.hub.send(api.Event{Seq: ts.seq, Kind: kind, TreeID: ts.id, NodeID: node, TimeNS: e.cfg.Now().UnixNano()})
+}
+
+// save writes p (and the tree's next id) in one transaction, then applies
+// it to the in-memory tree.
+func (e *Engine) saveApply(ts *treeState, p *tree.Plan, intent *commitIntent, clearIntent bool) error {
+	tm := ts.meta
+	tm.NextID = p.NextID
+	if err := e.meta.save(tm, p, intent, clearIntent); err != nil {
+		return err
+	}
+	ts.meta = tm
+	return ts.t.Apply(p)
+}
+
+func (e *Engine) create(ctx context.Context, req api.Request) (api.Response, error) {
+	const op = api.OpTreeCreate
+	backend := req.Backend
+	switch backend {
+	case "", BackendDir, "files":
+		backend = BackendDir
+	default:
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: backend %q is not served yet (dir is)", op, req.Backend)
+	}
+	if req.Base == "" {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: base is required", op)
+	}
+	if !filepath.IsAbs(req.Base) || strings.ContainsRune(req.Base, 0) {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: base %q is not an absolute path", op, req.Base)
+	}
+	var b api.Budget
+	if req.Budget != nil {
+		b = *req.Budget
+	}
+	b, err := tree.NormalizeBudget(b)
+	if err != nil {
+		return api.Response{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if req.TreeID != "" && !treeIDRE.MatchString(req.TreeID) {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: tree_id %q: want 1-64 of [A-Za-z0-9._-], not starting with . - _", op, req.TreeID)
+	}
+	e.life.Lock()
+	defer e.life.Unlock()
+	if e.isClosed() {
+		return api.Response{}, api.Errorf(api.ErrBusy, "%s: engine closed", op)
+	}
+	id := req.TreeID
+	if id == "" {
+		for i := 1; ; i++ {
+			id = fmt.Sprintf("t%d", i)
+			taken, err := e.meta.exists(id)
+			if err != nil {
+				return api.Response{}, err
+			}
+			if !taken {
+				break
+			}
+		}
+	} else if taken, err := e.meta.exists(id); err != nil {
+		return api.Response{}, err
+	} else if taken {
+		return api.Response{}, api.Errorf(api.ErrExists, "%s: tree %q exists (tree_open reopens a dropped one)", op, id)
+	}
+	now := e.cfg.Now()
+	t, err := tree.New(b, now)
+	if err != nil {
+		return api.Response{}, err
+	}
+	files, err := e.cfg.OpenFiles(ctx, e.treeDir(id), filepath.Clean(req.Base))
+	if err != nil {
+		return api.Response{}, fmt.Errorf("%s %s: files: %w", op, id, err)
+	}
+	// A crash between a past OpenFiles and its metadata can leave branches
+	// behind; a new tree has only main.
+	if err := abortExtra(ctx, files, map[string]bool{MainBranch: true}); err != nil {
+		files.Close()
+		return api.Response{}, fmt.Errorf("%s %s: %w", op, id, err)
+	}
+	ts := &treeState{id: id, t: t, files: files, meta: treeMeta{ID: id, Base: filepath.Clean(req.Base), Backend: backend,
+		Budget: b, Root: t.Root(), NextID: t.NextID(), CreatedAt: now, Open: true}}
+	if err := e.meta.create(ts.meta, t.Nodes()); err != nil {
+		files.Close()
+		return api.Response{}, err
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	e.mu.Lock()
+	e.trees[id] = ts
+	e.mu.Unlock()
+	e.emit(ts, "create", t.Root())
+	return api.Response{Status: "tree_created", TreeID: id, Root: t.Root(), NodeID: t.Root(), Path: e.path(ts, t.Root())}, nil
+}
+
+func (e *Engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+func (e *Engine) treeDir(id string) string { return filepath.Join(e.cfg.Home, "trees", id) }
+
+// abortExtra aborts every branch of files that keep does not name.
+func abortExtra(ctx context.Context, files Files, keep map[string]bool) error {
+	branches, err := files.Branches()
+	if err != nil {
+		return fmt.Errorf("list branches: %w", err)
+	}
+	for _, b := range branches {
+		if keep[b] {
+			continue
+		}
+		// Aborting a parent may already have dropped b.
+		if err := files.Abort(ctx, b); err != nil && !errors.Is(err, api.ErrNotFound) {
+			return fmt.Errorf("abort orphan branch %s: %w", b, err)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) open(ctx context.Context, req api.Request) (api.Response, error) {
+	const op = api.OpTreeOpen
+	if req.TreeID == "" {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: tree_id is required", op)
+	}
+	e.life.Lock()
+	defer e.life.Unlock()
+	if e.isClosed() {
+		return api.Response{}, api.Errorf(api.ErrBusy, "%s: engine closed", op)
+	}
+	e.mu.Lock()
+	ts, ok := e.trees[req.TreeID]
+	e.mu.Unlock()
+	if !ok {
+		var err error
+		if ts, err = e.load(ctx, req.TreeID); err != nil {
+			return api.Response{}, err
+		}
+		tm := ts.meta
+		tm.Open = true
+		if err := e.meta.saveMeta(tm); err != nil {
+			ts.files.Close()
+			return api.Response{}, err
+		}
+		ts.meta = tm
+		e.mu.Lock()
+		e.trees[req.TreeID] = ts
+		e.mu.Unlock()
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	r := e.nodesResponse(ts, "tree_opened")
+	return r, nil
+}
+
+func (e *Engine) drop(req api.Request) (api.Response, error) {
+	e.life.Lock()
+	defer e.life.Unlock()
+	ts, err := e.get(api.OpTreeDrop, req.TreeID)
+	if err != nil {
+		return api.Response{}, err
+	}
+	defer ts.mu.Unlock()
+	tm := ts.meta
+	tm.Open = false
+	if err := e.meta.saveMeta(tm); err != nil {
+		return api.Response{}, err
+	}
+	ts.meta = tm
+	ts.dropped = true
+	e.mu.Lock()
+	delete(e.trees, ts.id)
+	e.mu.Unlock()
+	if err := ts.files.Close(); err != nil {
+		e.log.Warn("close files of dropped tree", "tree", ts.id, "err", err)
+	}
+	e.emit(ts, "drop", "")
+	e.hub.endTree(ts.id)
+	return api.Response{Status: api.StatusOK, TreeID: ts.id}, nil
+}
+
+// load reads tree id from the metadata store, opens its files layer and
+// reconciles the two (see doc.go, Crash safety).
+func (e *Engine) load(ctx context.Context, id string) (*treeState, error) {
+	tm, nodes, intent, err := e.meta.load(id)
+	if err != nil {
+		return nil, err
+	}
+	t, _, err := tree.Restore(tm.Budget, tm.Root, tm.NextID, nodes)
+	if err != nil {
+		return nil, fmt.Errorf("tree %s: %w", id, err)
+	}
+	files, err := e.cfg.OpenFiles(ctx, e.treeDir(id), tm.Base)
+	if err != nil {
+		return nil, fmt.Errorf("tree %s: files: %w", id, err)
+	}
+	ts := &treeState{id: id, meta: tm, t: t, files: files}
+	if err := e.reconcile(ctx, ts, intent); err != nil {
+		files.Close()
+		return nil, fmt.Errorf("tree %s: reconcile: %w", id, err)
+	}
+	return ts, nil
+}
+
+func (e *Engine) reconcile(ctx context.Context, ts *treeState, intent *commitIntent) error {
+	branches, err := ts.files.Branches()
+	if err != nil {
+		return fmt.Errorf("list branches: %w", err)
+	}
+	have := map[string]bool{}
+	for _, b := range branches {
+		have[b] = true
+	}
+	if !have[MainBranch] {
+		return api.Errorf(api.ErrInternal, "files layer has no %s branch", MainBranch)
+	}
+	now := e.cfg.Now()
+	// A commit in flight whose child branch is gone happened: finish it.
+	if intent != nil {
+		if _, ok := ts.t.Node(intent.Child); ok && !have[ts.branch(intent.Child)] {
+			if p, err := ts.t.PlanCommit(now, intent.Child); err == nil {
+				if err := ts.t.Apply(p); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	// Keep the nodes whose branch exists (and, by Restore, their ancestry).
+	var keep []tree.Node
+	for _, n := range ts.t.Nodes() {
+		if have[ts.branch(n.ID)] {
+			keep = append(keep, n)
+		}
+	}
+	t, dropped, err := tree.Restore(ts.meta.Budget, ts.meta.Root, ts.t.NextID(), keep)
+	if err != nil {
+		return err
+	}
+	if err := t.Check(); err != nil {
+		return err
+	}
+	if len(dropped) > 0 {
+		e.log.Info("reconcile dropped nodes without files", "tree", ts.id, "nodes", dropped)
+	}
+	ts.t = t
+	ts.meta.NextID = t.NextID()
+	if err := e.meta.create(ts.meta, t.Nodes()); err != nil {
+		return err
+	}
+	// Branches the tree lacks are orphans of a fork or an abort cut short.
+	keepB := map[string]bool{}
+	for _, n := range t.Nodes() {
+		keepB[ts.branch(n.ID)] = true
+	}
+	if err := abortExtra(ctx, ts.files, keepB); err != nil {
+		return err
+	}
+	e.measure(ts, nil)
+	return nil
+}
+
+// measure refreshes the disk usage of nodes ids (nil: every node).
+func (e *Engine) measure(ts *treeState, ids []string) {
+	if ids == nil {
+		for _, n := range ts.t.Nodes() {
+			ids = append(ids, n.ID)
+		}
+	}
+	for _, id := range ids {
+		if n, ok := ts.t.Node(id); ok {
+			ts.t.SetUsage(id, n.RAMBytes, ts.files.DiskBytes(ts.branch(id)))
+		}
+	}
+}
+
+// path is node id's files path if it is live.
+func (e *Engine) path(ts *treeState, id string) string {
+	n, ok := ts.t.Node(id)
+	if !ok || n.State != tree.Live {
+		return ""
+	}
+	p, err := ts.files.Path(ts.branch(id))
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+func (e *Engine) apiNode(ts *treeState, n tree.Node) api.Node {
+	a := api.Node{ID: n.ID, Parent: n.Parent, Children: append([]string{}, n.Children...), State: string(n.State),
+		Label: n.Label, Protected: n.Protected, CreatedAt: n.CreatedAt.UnixNano(), LastActiveAt: n.LastActiveAt.UnixNano(),
+		DiskBytes: n.DiskBytes}
+	if n.State == tree.Live {
+		a.RAMBytes = n.RAMBytes
+		a.Path = e.path(ts, n.ID)
+	}
+	return a
+}
+
+func (e *Engine) nodesResponse(ts *treeState, status string) api.Response {
+	nodes := ts.t.Nodes()
+	r := api.Response{Status: status, TreeID: ts.id, Root: ts.t.Root(), Nodes: make([]api.Node, 0, len(nodes))}
+	for _, n := range nodes {
+		r.Nodes = append(r.Nodes, e.apiNode(ts, n))
+	}
+	u, b := ts.t.Usage(), ts.t.Budget()
+	r.Usage, r.Budget = &u, &b
+	return r
+}
+
+func (e *Engine) emitEvicted(ts *treeState, p *tree.Plan) {
+	for _, id := range p.Evicted {
+		e.emit(ts, "evict", id)
+	}
+}
+
+func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, status, source string, labels []string) (api.Response, error) {
+	op := req.Op
+	field := "source_id"
+	if op == api.OpTreeRollback {
+		field = "node_id"
+	}
+	if err := validNode(op, field, source); err != nil {
+		return api.Response{}, err
+	}
+	if len(labels) == 0 {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: labels must not be empty", op)
+	}
+	if len(labels) > MaxBatch {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: %d labels, at most %d", op, len(labels), MaxBatch)
+	}
+	for _, l := range labels {
+		if err := validLabel(op, l); err != nil {
+			return api.Response{}, err
+		}
+	}
+	start := time.Now()
+	now := e.cfg.Now()
+	var p *tree.Plan
+	var err error
+	if op == api.OpTreeRollback {
+		p, err = ts.t.PlanRollback(now, source, labels[0], tree.Cost{})
+	} else {
+		p, err = ts.t.PlanFork(now, source, labels, tree.Cost{})
+	}
+	if err != nil {
+		return api.Response{}, err
+	}
+	// Files first: a crash after it leaves orphan branches, which reconcile aborts.
+	if err := ts.files.Fork(ctx, ts.branch(source), p.Created); err != nil {
+		return api.Response{}, fmt.Errorf("%s %s: files: %w", op, source, err)
+	}
+	ready := time.Since(start)
+	if err := e.saveApply(ts, p, nil, false); err != nil {
+		for _, c := range p.Created {
+			if aerr := ts.files.Abort(context.WithoutCancel(ctx), c); aerr != nil {
+				e.log.Warn("unwind fork", "tree", ts.id, "branch", c, "err", aerr)
+			}
+		}
+		return api.Response{}, err
+	}
+	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted}
+	for i, id := range p.Created {
+		r.Forks = append(r.Forks, api.Fork{NodeID: id, Label: labels[i], Path: e.path(ts, id), LatencyNS: max(ready.Nanoseconds(), 1)})
+		e.emit(ts, "fork", id)
+	}
+	e.emitEvicted(ts, p)
+	if len(r.Forks) == 1 {
+		r.NodeID, r.Path = r.Forks[0].NodeID, r.Forks[0].Path
+	}
+	r.LatencyNS = max(time.Since(start).Nanoseconds(), 1)
+	return r, nil
+}
+
+func (e *Engine) commit(ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
+	const op = api.OpTreeCommit
+	if err := validNode(op, "node_id", req.NodeID); err != nil {
+		return api.Response{}, err
+	}
+	now := e.cfg.Now()
+	p, err := ts.t.PlanCommit(now, req.NodeID)
+	if err != nil {
+		return api.Response{}, err
+	}
+	// The intent first: if we die after Files.Commit, reconcile sees the
+	// child's branch gone and finishes the commit.
+	tm := ts.meta
+	if err := e.meta.save(tm, nil, &commitIntent{Child: req.NodeID, Parent: p.Parent}, false); err != nil {
+		return api.Response{}, err
+	}
+	staleBranches, err := ts.files.Commit(ctx, ts.branch(req.NodeID))
+	if err != nil {
+		if cerr := e.meta.save(tm, nil, nil, true); cerr != nil {
+			e.log.Warn("clear commit intent", "tree", ts.id, "err", cerr)
+		}
+		return api.Response{}, fmt.Errorf("%s %s: files: %w", op, req.NodeID, err)
+	}
+	extra := make([]string, 0, len(staleBranches))
+	for _, b := range staleBranches {
+		extra = append(extra, ts.nodeOf(b))
+	}
+	if p2, err := ts.t.PlanCommit(now, req.NodeID, extra...); err == nil {
+		p = p2
+	}
+	if err := e.saveApply(ts, p, nil, true); err != nil {
+		// The files committed (the commit point); the intent makes the next
+		// open finish the metadata. Keep memory in step with the files.
+		if aerr := ts.t.Apply(p); aerr != nil {
+			e.log.Error("apply commit", "tree", ts.id, "err", aerr)
+		}
+		return api.Response{}, fmt.Errorf("%s %s: committed, but the metadata was not saved (reconciled at the next open): %w", op, req.NodeID, err)
+	}
+	e.measure(ts, []string{p.Parent})
+	e.emit(ts, "commit", req.NodeID)
+	for _, s := range p.Stale {
+		e.emit(ts, "stale", s)
+	}
+	stale := append([]string{}, p.Stale...)
+	return api.Response{Status: "tree_committed", TreeID: ts.id, NodeID: p.Parent, Path: e.path(ts, p.Parent), Stale: stale}, nil
+}
+
+func (e *Engine) remove(ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
+	if err := validNode(req.Op, "node_id", req.NodeID); err != nil {
+		return api.Response{}, err
+	}
+	now := e.cfg.Now()
+	var p *tree.Plan
+	var err error
+	kind := "abort"
+	if req.Op == api.OpTreePrune {
+		kind = "prune"
+		p, err = ts.t.PlanPrune(now, req.NodeID)
+	} else {
+		p, err = ts.t.PlanAbort(now, req.NodeID)
+	}
+	if err != nil {
+		return api.Response{}, err
+	}
+	// Metadata first (the commit point); the branches go after. A crash in
+	// between leaves orphan branches, which reconcile aborts.
+	if err := e.saveApply(ts, p, nil, false); err != nil {
+		return api.Response{}, err
+	}
+	if err := ts.files.Abort(context.WithoutCancel(ctx), ts.branch(req.NodeID)); err != nil {
+		e.log.Warn("files of removed node not reclaimed yet (reconcile retries at open)", "tree", ts.id, "node", req.NodeID, "err", err)
+	}
+	e.emit(ts, kind, req.NodeID)
+	return api.Response{Status: api.StatusOK, TreeID: ts.id, NodeID: req.NodeID}, nil
+}
+
+// simple serves the verbs that change only metadata.
+func (e *Engine) simple(ts *treeState, req api.Request) (api.Response, error) {
+	if err := validNode(req.Op, "node_id", req.NodeID); err != nil {
+		return api.Response{}, err
+	}
+	now := e.cfg.Now()
+	var p *tree.Plan
+	var err error
+	var kind string
+	switch req.Op {
+	case api.OpTreeProtect:
+		kind = "protect"
+		p, err = ts.t.PlanProtect(req.NodeID, true)
+	case api.OpTreeUnprot:
+		kind = "unprotect"
+		p, err = ts.t.PlanProtect(req.NodeID, false)
+	case api.OpTreeSuspend:
+		// Files-only nodes hold no RAM: suspending is bookkeeping.
+		kind = "suspend"
+		p, err = ts.t.PlanSuspend(now, req.NodeID)
+	case api.OpTreeResume:
+		kind = "resume"
+		p, err = ts.t.PlanResume(now, req.NodeID)
+	}
+	if err != nil {
+		return api.Response{}, err
+	}
+	if err := e.saveApply(ts, p, nil, false); err != nil {
+		return api.Response{}, err
+	}
+	e.emit(ts, kind, req.NodeID)
+	e.emitEvicted(ts, p)
+	if req.Op == api.OpTreeResume {
+		return api.Response{Status: "tree_resumed", TreeID: ts.id, NodeID: req.NodeID, Path: e.path(ts, req.NodeID), Evicted: p.Evicted}, nil
+	}
+	return api.Response{Status: api.StatusOK, TreeID: ts.id, NodeID: req.NodeID}, nil
+}
+
+func (e *Engine) evict(ts *treeState) (api.Response, error) {
+	p := ts.t.PlanAutoEvict(e.cfg.Now())
+	if len(p.Put) > 0 {
+		if err := e.saveApply(ts, p, nil, false); err != nil {
+			return api.Response{}, err
+		}
+	}
+	e.emitEvicted(ts, p)
+	return api.Response{Status: "tree_evicted", TreeID: ts.id, Evicted: append([]string{}, p.Evicted...)}, nil
+}
