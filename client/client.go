@@ -135,7 +135,7 @@ func (c *Client) Do(ctx context.Context, req api.Request) (api.Response, error) 
 			if ctx.Err() != nil {
 				return api.Response{}, fmt.Errorf("arbor client: %s: %w", req.Op, ctx.Err())
 			}
-			return api.Response{}, fmt.Errorf("arbor client: %s: %w", req.Op, err)
+			return api.Response{}, fmt.Errorf("arbor client: %s on %s: %w", req.Op, c.path, bareOpError(err))
 		}
 		c.put(cn)
 		return resp, replyError(resp)
@@ -159,6 +159,19 @@ var readOnly = map[string]bool{
 	api.OpWsList: true, api.OpWsDiff: true, api.OpWsMounts: true,
 }
 
+// bareOpError drops the addresses from a *net.OpError: the daemon binds
+// its socket under a private name before linking it into place, so the
+// kernel's peer address is not the path the user knows (Do names that).
+func bareOpError(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		cp := *oe
+		cp.Source, cp.Addr = nil, nil
+		return &cp
+	}
+	return err
+}
+
 func connGone(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
@@ -167,13 +180,12 @@ func connGone(err error) bool {
 // reports poisoned if ctx's cancellation touched the connection's deadline
 // (possibly after the reply arrived): such a connection is not reused.
 func (cn *conn) roundTrip(ctx context.Context, line []byte) (resp api.Response, poisoned bool, err error) {
+	// ctx's end (deadline or cancel) unblocks the I/O through the
+	// connection's deadline; by then ctx.Err() is set, so callers can
+	// report it rather than an i/o timeout.
 	if ctx.Done() != nil {
-		dl, _ := ctx.Deadline() // zero: no deadline
-		cn.nc.SetDeadline(dl)
 		stop := context.AfterFunc(ctx, func() { cn.nc.SetDeadline(time.Unix(1, 0)) })
 		defer func() { poisoned = !stop() }()
-	} else {
-		cn.nc.SetDeadline(time.Time{})
 	}
 	if _, err := cn.nc.Write(line); err != nil {
 		return api.Response{}, false, err
@@ -252,7 +264,6 @@ func (c *Client) WatchSnapshot(ctx context.Context, treeID string) (api.Response
 		}
 		return snap, nil, fmt.Errorf("arbor client: tree_watch: %w", err)
 	}
-	cn.nc.SetDeadline(time.Time{})
 	ch := make(chan api.Event, 64)
 	stop := context.AfterFunc(ctx, func() { cn.nc.Close() })
 	go func() {
