@@ -124,15 +124,15 @@ func makeFiles(dir string, n, size, perDir int) error {
 }
 
 // prepareSystem readies a freshly set-up root: it checks that the root
-// shows the base, and modifies big-mod in place (the same bytes written
-// back), so an overlay copies it up before the cases run.
-func (h *harness) prepareSystem(ctx context.Context, root string) error {
+// shows the base, and with modify rewrites the first page of big-mod in
+// place (the same bytes), so an overlay copies it up before the case runs.
+func (h *harness) prepareSystem(ctx context.Context, root string, modify bool) error {
 	if h.uses&useFiles != 0 {
 		if _, err := os.Lstat(filepath.Join(root, "files", fileName(0))); err != nil {
 			return fmt.Errorf("fsbench: the root does not show the base: %w", err)
 		}
 	}
-	if h.uses&useBig == 0 {
+	if !modify {
 		return nil
 	}
 	f, err := os.OpenFile(filepath.Join(root, "big-mod"), os.O_RDWR, 0)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Bench runs the cases as sub-benchmarks of b, named <system>/<case>, so
@@ -39,7 +41,7 @@ func Bench(b *testing.B, cfg Config, systems []System) {
 					b.Fatal(err)
 				}
 				ok := true
-				if err := h.prepareSystem(ctx, root); err != nil {
+				if err := h.prepareSystem(ctx, root, true); err != nil {
 					b.Error(err)
 					ok = false
 				}
@@ -80,8 +82,11 @@ func (h *harness) benchCase(ctx context.Context, b *testing.B, s System, root, b
 		b.Skip("cold cases drop caches, which needs root")
 	}
 	round := func(r int) (int, int64) {
+		if c.syncFirst {
+			unix.Sync()
+		}
 		if c.cold {
-			if err := dropCaches(ctx, s); err != nil {
+			if err := h.dropCaches(ctx, s, root); err != nil {
 				b.Fatal(err)
 			}
 		}

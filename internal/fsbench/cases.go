@@ -47,6 +47,9 @@ type caseDef struct {
 	// untimed round first.
 	cold, warmup bool
 	uses         int
+	modified     bool // reads big-mod, which must be copied up first
+	syncFirst    bool // writes a lot: start each round with the disk synced
+	perLap       bool // each timed op is a sample (branch-create)
 	brancher     bool
 	// branchBase, when set, makes the case run on its own base with that
 	// many files instead of the main base.
@@ -131,18 +134,18 @@ func selectCases(names []string) []*caseDef {
 
 func buildCases() []*caseDef {
 	cs := []*caseDef{
-		{name: "seqwrite", unit: unitMiBps, higherBetter: true, uses: useBig, run: runSeqWrite},
+		{name: "seqwrite", unit: unitMiBps, higherBetter: true, syncFirst: true, uses: useBig, run: runSeqWrite},
 		{name: "seqread-cold", unit: unitMiBps, higherBetter: true, cold: true, uses: useBig, run: seqRead("big")},
 		{name: "seqread-warm", unit: unitMiBps, higherBetter: true, warmup: true, uses: useBig, run: seqRead("big")},
-		{name: "seqread-modified-warm", unit: unitMiBps, higherBetter: true, warmup: true, uses: useBig, run: seqRead("big-mod")},
+		{name: "seqread-modified-warm", unit: unitMiBps, higherBetter: true, warmup: true, uses: useBig, modified: true, run: seqRead("big-mod")},
 		{name: "randread-cold", unit: unitKIOPS, higherBetter: true, cold: true, uses: useBig, run: randRead("big", 4096, false)},
 		{name: "randread-warm", unit: unitKIOPS, higherBetter: true, uses: useBig, run: randRead("big", 65536, true)},
-		{name: "randread-modified-warm", unit: unitKIOPS, higherBetter: true, uses: useBig, run: randRead("big-mod", 65536, true)},
+		{name: "randread-modified-warm", unit: unitKIOPS, higherBetter: true, uses: useBig, modified: true, run: randRead("big-mod", 65536, true)},
 		{name: "stat-cold", unit: unitUsOp, cold: true, uses: useFiles, run: runStat},
 		{name: "stat-warm", unit: unitUsOp, warmup: true, uses: useFiles, run: runStat},
 		{name: "readdir-cold", unit: unitMs, cold: true, uses: useFiles, run: runReaddir},
 		{name: "readdir-warm", unit: unitMs, warmup: true, uses: useFiles, run: runReaddir},
-		{name: "create", unit: unitUsOp, uses: useFiles, run: runCreate},
+		{name: "create", unit: unitUsOp, syncFirst: true, uses: useFiles, run: runCreate},
 		{name: "open-read", unit: unitUsOp, warmup: true, uses: useFiles, run: runOpenRead},
 		{name: "git-status", unit: unitMs, warmup: true, uses: useRepo, needs: needProgram("git"), run: runGit("status", "--porcelain")},
 		{name: "git-diff", unit: unitMs, warmup: true, uses: useRepo, needs: needProgram("git"), run: runGit("diff", "--no-ext-diff", "--no-color")},
@@ -156,7 +159,7 @@ func buildCases() []*caseDef {
 		{"medium", func(c Config) int { return c.Files }},
 		{"large", func(c Config) int { return 10 * c.Files }},
 	} {
-		cs = append(cs, &caseDef{name: "branch-create-" + b.name, unit: unitUsOp, brancher: true, branchBase: b.n, run: runBranchCreate})
+		cs = append(cs, &caseDef{name: "branch-create-" + b.name, unit: unitUsOp, brancher: true, perLap: true, syncFirst: true, branchBase: b.n, run: runBranchCreate})
 	}
 	for _, size := range []struct {
 		name string
@@ -175,9 +178,9 @@ func buildCases() []*caseDef {
 			{"-base", CommitOptions{IntoBase: true}},
 			{"-base-durable", CommitOptions{IntoBase: true, Durable: true}},
 		} {
-			cs = append(cs, &caseDef{name: "commit-" + size.name + v.suffix, unit: unitUsOp, brancher: true, run: runCommit(size.n, v.opts)})
+			cs = append(cs, &caseDef{name: "commit-" + size.name + v.suffix, unit: unitUsOp, brancher: true, syncFirst: true, run: runCommit(size.n, v.opts)})
 		}
-		cs = append(cs, &caseDef{name: "abort-" + size.name, unit: unitUsOp, brancher: true, run: runAbort(size.n)})
+		cs = append(cs, &caseDef{name: "abort-" + size.name, unit: unitUsOp, brancher: true, syncFirst: true, run: runAbort(size.n)})
 	}
 	return cs
 }

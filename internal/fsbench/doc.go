@@ -32,14 +32,19 @@
 //
 // # Lifecycle
 //
-// Run makes a fresh directory under Config.Scratch, builds the bases there,
-// then for each system: Setup, the per-system preparation (copy-up of the
-// modified file), every selected case for Rounds rounds (cold cases sync and
-// drop the page, dentry and inode caches before each round, which needs
-// root), Teardown; then the branch-create cases on their own bases. After
-// each Teardown the harness looks for mounts left under the scratch
-// directory, detaches them and reports the system as faulty. At the end the
-// scratch directory is removed.
+// Run makes a fresh directory under Config.Scratch and builds the bases
+// there. Then, case by case, it runs each system: Setup on the base the case
+// needs, the copy-up of the modified file if the case reads it, the case's
+// rounds (cold cases sync and drop the page, dentry and inode caches before
+// each round, which needs root; write-heavy cases sync first), Teardown.
+// Every case thus starts on a freshly set-up system (an empty upper layer),
+// and the order of the systems rotates from case to case, so the systems
+// measure one case within a short window of each other and drifting load
+// on a shared machine does not favour whichever runs first. After each
+// Teardown the harness looks for mounts left under the scratch directory,
+// detaches them and fails the run. At the end the scratch directory is
+// removed. Bench (for go test -bench) instead sets each system up once for
+// all its cases.
 //
 // Cases leave a system's root as they found it: what they write goes under
 // root/.fsbench and is removed after the round. That is why Native can run

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
+	"golang.org/x/sys/unix"
 )
 
 // System is one filesystem under test.
@@ -93,6 +94,11 @@ type Config struct {
 	GoModule string
 	// GoCache is the GOCACHE for go-build; default `go env GOCACHE`.
 	GoCache string
+	// QuickCold makes cold cases evict only the big file from the page
+	// cache (fadvise DONTNEED) instead of syncing and dropping every cache
+	// of the machine, which takes seconds on a busy host. Cold metadata
+	// cases then run with warm dentries. For quick tests, not for figures.
+	QuickCold bool
 	// Logger gets progress messages; nil means none.
 	Logger *slog.Logger
 }
@@ -154,9 +160,25 @@ func Run(ctx context.Context, cfg Config, systems []System) (Report, error) {
 		return Report{}, err
 	}
 	defer h.close()
-	for _, s := range systems {
-		if err := h.runSystem(ctx, s, cases); err != nil {
-			return *h.rep, err
+	// Case-major, each case on a freshly set-up system, with the order of
+	// the systems rotated from case to case: the systems measure a case
+	// within a short window of each other, so drifting background load on
+	// a shared machine does not favour whichever system runs first.
+	down := map[string]bool{} // systems found unavailable
+	for ci, c := range cases {
+		for k := range systems {
+			s := systems[(ci+k)%len(systems)]
+			if down[s.Name()] {
+				continue
+			}
+			err := h.runOne(ctx, s, c)
+			if errors.Is(err, errUnavailable) {
+				down[s.Name()] = true
+				continue
+			}
+			if err != nil {
+				return *h.rep, err
+			}
 		}
 	}
 	h.rep.computeRatios()
@@ -254,69 +276,38 @@ type harness struct {
 	rep         *Report
 }
 
-// runSystem sets s up on the main base, runs the cases, tears it down, and
-// then runs the branch-create cases on their own bases.
-func (h *harness) runSystem(ctx context.Context, s System, cases []*caseDef) error {
-	log := h.cfg.Logger.With("system", s.Name())
-	var mainCases, baseCases []*caseDef
-	for _, c := range cases {
-		if c.branchBase != nil {
-			baseCases = append(baseCases, c)
-		} else {
-			mainCases = append(mainCases, c)
-		}
-	}
+// errUnavailable marks a system whose Setup reported errors.ErrUnsupported
+// (already recorded in the report).
+var errUnavailable = errors.New("system unavailable")
 
-	if len(mainCases) > 0 {
-		root, err := h.setup(ctx, s, h.base)
-		if errors.Is(err, errors.ErrUnsupported) {
-			h.rep.skipSystem(s.Name(), err)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		log.Info("set up", "root", root)
-		err = h.prepareSystem(ctx, root)
-		if err == nil {
-			for _, c := range mainCases {
-				if err = h.runCase(ctx, s, root, h.base, c); err != nil {
-					break
-				}
-			}
-		}
-		if terr := h.teardown(ctx, s); err == nil {
-			err = terr
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if _, ok := s.(Brancher); !ok {
-		for _, c := range baseCases {
-			h.rep.skip(s.Name(), c, "not a Brancher")
-		}
+// runOne sets s up on the base case c needs, runs c, and tears s down.
+func (h *harness) runOne(ctx context.Context, s System, c *caseDef) error {
+	if _, ok := s.(Brancher); c.brancher && !ok {
+		h.rep.skip(s.Name(), c, "not a Brancher")
 		return nil
 	}
-	for _, c := range baseCases {
-		n := c.branchBase(h.cfg)
-		root, err := h.setup(ctx, s, h.branchBases[n])
-		if errors.Is(err, errors.ErrUnsupported) {
-			h.rep.skip(s.Name(), c, err.Error())
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		err = h.runCase(ctx, s, root, h.branchBases[n], c)
-		if terr := h.teardown(ctx, s); err == nil {
-			err = terr
-		}
-		if err != nil {
-			return err
-		}
+	base := h.base
+	if c.branchBase != nil {
+		base = h.branchBases[c.branchBase(h.cfg)]
 	}
-	return nil
+	root, err := h.setup(ctx, s, base)
+	if errors.Is(err, errors.ErrUnsupported) {
+		h.rep.skipSystem(s.Name(), err)
+		return errUnavailable
+	}
+	if err != nil {
+		return err
+	}
+	if c.branchBase == nil {
+		err = h.prepareSystem(ctx, root, c.modified)
+	}
+	if err == nil {
+		err = h.runCase(ctx, s, root, base, c)
+	}
+	if terr := h.teardown(ctx, s); err == nil {
+		err = terr
+	}
+	return err
 }
 
 func (h *harness) setup(ctx context.Context, s System, base string) (string, error) {
@@ -372,8 +363,11 @@ func (h *harness) runCase(ctx context.Context, s System, root, base string, c *c
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if c.syncFirst {
+			unix.Sync()
+		}
 		if c.cold {
-			if err := dropCaches(ctx, s); err != nil {
+			if err := h.dropCaches(ctx, s, root); err != nil {
 				return fmt.Errorf("fsbench: %s/%s: %w", s.Name(), c.name, err)
 			}
 		}
@@ -390,8 +384,13 @@ func (h *harness) runCase(ctx context.Context, s System, root, base string, c *c
 		if c.warmup && r == 0 {
 			continue
 		}
-		res.Samples = append(res.Samples, e.sw.total)
-		res.Ops, res.Bytes = ops, bytes
+		if c.perLap {
+			res.Samples = append(res.Samples, e.sw.laps...)
+			res.Ops, res.Bytes = 1, bytes/int64(max(ops, 1))
+		} else {
+			res.Samples = append(res.Samples, e.sw.total)
+			res.Ops, res.Bytes = ops, bytes
+		}
 	}
 	res.finish()
 	h.cfg.Logger.Info("case", "system", s.Name(), "case", c.name, "median", res.Median, "value", res.Value, "unit", res.Unit)
@@ -404,6 +403,7 @@ func (h *harness) runCase(ctx context.Context, s System, root, base string, c *c
 type stopwatch struct {
 	t0      time.Time
 	total   time.Duration
+	laps    []time.Duration // each start..stop
 	onStart func()
 	onStop  func()
 }
@@ -416,7 +416,9 @@ func (s *stopwatch) start() {
 }
 
 func (s *stopwatch) stop() {
-	s.total += time.Since(s.t0)
+	d := time.Since(s.t0)
+	s.total += d
+	s.laps = append(s.laps, d)
 	if s.onStop != nil {
 		s.onStop()
 	}

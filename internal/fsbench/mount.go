@@ -180,8 +180,20 @@ func waitMounted(ctx context.Context, mnt string, timeout time.Duration, exited 
 }
 
 // dropCaches writes back dirty data and drops the kernel's page, dentry and
-// inode caches, then the system's own caches.
-func dropCaches(ctx context.Context, s System) error {
+// inode caches, then the system's own caches. With QuickCold it only evicts
+// the big file's pages.
+func (h *harness) dropCaches(ctx context.Context, s System, root string) error {
+	if h.cfg.QuickCold {
+		f, err := os.Open(filepath.Join(root, "big"))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	}
 	unix.Sync()
 	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0); err != nil {
 		return fmt.Errorf("drop caches: %w", err)
