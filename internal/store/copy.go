@@ -2,10 +2,13 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -106,4 +109,44 @@ func setIno(p string, ino uint64) {
 	if ino != 0 {
 		unix.Lsetxattr(p, inoXattr, []byte(strconv.FormatUint(ino, 10)), 0)
 	}
+}
+
+var tmpSeq atomic.Uint64
+
+// moveOut moves the file at src to dst and leaves a copy of it at src, so
+// that descriptors open on src's inode follow it to dst. src is never
+// missing, not even after a crash in the middle: the copy is made aside in
+// tmpDir and swapped in with RENAME_EXCHANGE before the original moves. The
+// caller holds Store.mu exclusively.
+func moveOut(tmpDir, src, dst string, st *unix.Stat_t) error {
+	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
+		return err
+	}
+	tmp := filepath.Join(tmpDir, fmt.Sprintf("%d-%d", os.Getpid(), tmpSeq.Add(1)))
+	if err := copyNode(src, tmp, st); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, src, unix.RENAME_EXCHANGE); err != nil {
+		os.Remove(tmp)
+		if !errors.Is(err, unix.EXDEV) && !errors.Is(err, unix.EINVAL) {
+			return err
+		}
+		// Another filesystem, or no RENAME_EXCHANGE: move, then copy back.
+		if err := os.Rename(src, dst); err != nil {
+			return err
+		}
+		if err := copyNode(dst, src, st); err != nil {
+			os.Rename(dst, src)
+			return err
+		}
+		return nil
+	}
+	crashPoint("swapped")
+	// tmp now holds the original inode, src the copy.
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }

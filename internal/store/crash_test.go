@@ -44,6 +44,20 @@ func TestCrashHelper(t *testing.T) {
 		_, err := s.Commit("c", true)
 		fmt.Println("commit returned:", err)
 		os.Exit(4) // the crash point should have killed us
+	case "mainwrite": // main writes a file a fork still shows
+		_, err := s.CopyUp(mustBranch(s, Main), "a")
+		fmt.Println("copy-up returned:", err)
+		os.Exit(4)
+	case "forkwriter": // p forks while it holds a open for writing
+		real, err := s.CopyUp(mustBranch(s, "p"), "a")
+		if err != nil {
+			fmt.Println("copy-up:", err)
+			os.Exit(3)
+		}
+		s.OpenWrite(real)
+		err = s.Fork("p", "c")
+		fmt.Println("fork returned:", err)
+		os.Exit(4)
 	case "loop":
 		start, _ := strconv.Atoi(os.Getenv(envStart))
 		if err := crashLoop(s, start); err != nil {
@@ -195,6 +209,71 @@ func TestCrashAtCommitPoints(t *testing.T) {
 			f.reopen()
 			if d := f.layerDirs(); len(d) != 0 {
 				t.Errorf("layers left after the replay: %v", d)
+			}
+		})
+	}
+}
+
+func mustBranch(s *Store, name string) *Branch {
+	b, err := s.Branch(name)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// TestCrashInPreserve: a crash while a file moves out of the way of a
+// write (main's write under a live fork, a fork of a branch holding an open
+// writer) loses nothing: the writer's side still has the whole file, the
+// fork still sees the fork-time bytes, and no stray copy shows up.
+func TestCrashInPreserve(t *testing.T) {
+	for _, mode := range []string{"mainwrite", "forkwriter"} {
+		t.Run(mode, func(t *testing.T) {
+			f := newFixture(t, isoBase)
+			writer := Main
+			if mode == "forkwriter" {
+				f.fork(Main, "p")
+				f.write(f.br("p"), "a", "pa")
+				writer = "p"
+			} else {
+				f.fork(Main, "c")
+			}
+			want := f.read(f.br(writer), "a")
+			f.s.Close()
+			f.s = nil
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			out, err := helper(ctx, t, mode, f.dir, f.base, "ARBOR_STORE_CRASH=swapped").Output()
+			if !killedBySIGKILL(err) {
+				t.Fatalf("helper did not die at the swap: %v, output %q", err, out)
+			}
+			f.open()
+			if got := f.read(f.br(writer), "a"); got != want {
+				t.Errorf("%s reads a = %q after the crash, want %q", writer, got, want)
+			}
+			if mode == "mainwrite" {
+				if got := f.baseRead("a"); got != "a0" {
+					t.Errorf("base a = %q after the crash", got)
+				}
+				if got := f.read(f.br("c"), "a"); got != "a0" {
+					t.Errorf("the fork reads a = %q", got)
+				}
+				if got := f.ls(f.br("c"), ""); got != "a b d/ empty/ keep other/" {
+					t.Errorf("the fork lists %q", got)
+				}
+			} else if got := f.read(f.br("c"), "a"); got != "pa" {
+				// The fork was saved before the writer's file moved.
+				t.Errorf("the fork reads a = %q, want %q", got, "pa")
+			}
+			if ents, _ := os.ReadDir(filepath.Join(f.dir, "tmp")); len(ents) != 0 {
+				t.Errorf("%d copies left in tmp", len(ents))
+			}
+			// And the writer's side keeps working.
+			f.write(f.br(writer), "a", "after")
+			if mode == "mainwrite" {
+				if got := f.read(f.br("c"), "a"); got != "a0" {
+					t.Errorf("the fork reads a = %q after main wrote", got)
+				}
 			}
 		})
 	}

@@ -98,11 +98,7 @@ func (s *Store) preserve(rel string, subtree bool) error {
 			} else {
 				// Move the inode into the snapshot, so that the forks' open
 				// descriptors keep their bytes, and give main a fresh copy.
-				if err := os.Rename(real, dst); err != nil {
-					return err
-				}
-				if err := copyNode(dst, real, &st); err != nil {
-					os.Rename(dst, real)
+				if err := moveOut(s.tmpDir(), real, dst, &st); err != nil {
 					return err
 				}
 			}

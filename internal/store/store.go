@@ -428,11 +428,8 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer) {
 			continue
 		}
 		dst := head.real(rel)
-		if err := os.Rename(real, dst); err != nil {
-			continue
-		}
-		if err := copyNode(dst, real, &st); err != nil {
-			os.Rename(dst, real)
+		if err := moveOut(s.tmpDir(), real, dst, &st); err != nil {
+			s.log.Warn("fork: keep open file", "path", rel, "err", err)
 			continue
 		}
 		ino := e.ino
@@ -539,6 +536,14 @@ func (s *Store) Subtree(name string) []string {
 func (s *Store) reclaim() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Trash first: reclaimLocked below schedules the removal of what it
+	// moves there itself.
+	trash, _ := os.ReadDir(filepath.Join(s.dir, "trash"))
+	for _, e := range trash {
+		s.removeLater(filepath.Join(s.dir, "trash", e.Name()))
+	}
+	// Copies a crash left aside in the middle of moveOut.
+	os.RemoveAll(s.tmpDir())
 	s.reclaimLocked()
 	// Layer directories with no record at all (a crash between making a
 	// layer and saving the branch that owns it).
@@ -548,10 +553,6 @@ func (s *Store) reclaim() {
 		if _, ok := s.layers[id]; err != nil || !ok {
 			s.removeLater(filepath.Join(s.dir, "layers", e.Name()))
 		}
-	}
-	trash, _ := os.ReadDir(filepath.Join(s.dir, "trash"))
-	for _, e := range trash {
-		s.removeLater(filepath.Join(s.dir, "trash", e.Name()))
 	}
 }
 
@@ -587,6 +588,9 @@ func (s *Store) reclaimLocked() {
 		}
 	}
 }
+
+// tmpDir holds copies being made (see moveOut), on Dir's filesystem.
+func (s *Store) tmpDir() string { return filepath.Join(s.dir, "tmp") }
 
 func (s *Store) removeLater(path string) {
 	s.gc.Add(1)
