@@ -1,0 +1,78 @@
+// Package engine serves the tree verbs: every API face calls only
+// (*Engine).Do and (*Engine).Watch. It joins three parts: the pure
+// bookkeeping of package tree, a metadata store (bbolt at Home/trees.db),
+// and one Files layer per tree (the interface in files.go; the real one is
+// internal/store + internal/cowfs, the tests use a directory-copy double).
+//
+// # Vocabulary
+//
+// A tree has an id (given, or "t1", "t2", ...), a base directory, a backend
+// ("dir": files only, today) and a budget. Its nodes have engine-generated ids
+// "n1" (the root), "n2", ...; the root's files are the branch "main", every
+// other node's files the branch named by its id. A node's Path in replies is
+// its branch's Files.Path while it is live, empty otherwise. Files-only
+// nodes hold no RAM: suspending one is bookkeeping (it keeps its files, loses
+// its Path) and resuming it restores the Path.
+//
+// # Lifecycle of a verb
+//
+// Do validates every field (a bad one is api.ErrBadRequest; an unknown op
+// too), takes the tree's mutex, plans the verb on the tree (a refusal changes
+// nothing), performs the file effects, writes the plan to bbolt in ONE
+// transaction, applies it in memory, emits its events and replies. The order
+// of effects is chosen so that a SIGKILL at any point leaves a consistent
+// tree after reconcile:
+//
+//   - fork, fork_batch, rollback: Files.Fork first, then the metadata
+//     transaction (the commit point). A crash in between leaves orphan
+//     branches, which reconcile aborts; a failed transaction unwinds the
+//     branches at once.
+//   - commit: a commit intent {child, parent} is written first; then
+//     Files.Commit (the commit point: it applies the child and drops its
+//     branch atomically); then the plan, clearing the intent. On open, an
+//     intent whose child branch is gone is a commit that happened and is
+//     finished (the parent's generation goes up, the siblings go stale); an
+//     intent whose child branch is still there is dropped.
+//   - abort, prune: the metadata transaction first (the commit point), then
+//     Files.Abort. A crash in between, or a failed Files.Abort (logged),
+//     leaves orphan branches that reconcile aborts.
+//   - protect, unprotect, suspend, resume, auto_evict: metadata only.
+//
+// Reconcile (at New for every open tree, and at tree_open): finish or drop a
+// commit intent; drop every node whose branch Files lacks, with its subtree
+// (never the root: a files layer without main is an error); abort every
+// branch the tree lacks; re-measure disk usage. Every node comes back in its
+// stored state: files-only nodes can always be re-established, so live nodes
+// stay live.
+//
+// tree_drop forgets a tree (closes its files layer, ends its watchers) but
+// keeps it on disk, marked closed; tree_open loads it again (idempotent on a
+// loaded tree). A dropped tree's id stays taken. Deleting a tree's disk is
+// not a verb yet.
+//
+// Latency: tree_fork_batch's latency_ns is measured from the moment the
+// verb holds the tree's mutex (the source's pause) to the reply; each fork's
+// latency_ns runs from the same start to the moment Files.Fork returned, when
+// every child's files exist, so all forks of a batch share it.
+//
+// # Locking
+//
+// Engine.life serialises tree_create, tree_open, tree_drop and Close.
+// Engine.mu guards the map of loaded trees and the closed flag, and is held
+// only to look up, insert or remove. treeState.mu serialises every verb on
+// one tree, with its Files calls and its metadata writes; verbs on different
+// trees run in parallel (bbolt serialises their transactions). hub.mu guards
+// the watchers. Order: life, treeState.mu, Engine.mu, hub.mu. Events are
+// emitted under the tree's mutex, so each tree's stream is in verb order
+// with consecutive Seq numbers, and Watch takes its snapshot under the same
+// mutex, so snapshot and stream meet exactly.
+//
+// # Sharp edges
+//
+// A watcher that falls WatchBuffer events behind is cut off (its channel is
+// closed) rather than stalling the verbs. Disk usage is measured from Files
+// after commits, at tree_nodes and at open, not on every write, so the disk
+// budget acts on the last measurement. A commit whose metadata transaction
+// fails after Files.Commit has still happened: the error says so and the
+// intent finishes it at the next open.
+package engine
