@@ -105,7 +105,9 @@ func (e *Engine) Watchers() int {
 // Watch returns a snapshot of tree treeID (Status "tree_watching", with its
 // nodes, usage and budget) and its events from that snapshot on, until ctx
 // ends, the tree is dropped or the engine closes; then the channel is
-// closed. treeID "" watches every tree (the snapshot lists them). A watcher
+// closed. treeID "" watches every tree (the snapshot lists them; it is taken
+// without stopping the trees, so it may already include the first events
+// of the stream). A watcher
 // that falls WatchBuffer events behind is cut off.
 func (e *Engine) Watch(ctx context.Context, treeID string) (api.Response, <-chan api.Event, error) {
 	if treeID == "" {
