@@ -38,8 +38,9 @@ type CommitResult struct {
 
 // Commit applies child's changes to its parent. It fails with ESTALE
 // (wrapping api.ErrStale) if the parent changed since child's fork; the child
-// is then kept for the caller to abort. durable makes a commit into main
-// fsync its journal and the changed files before it returns.
+// is then kept for the caller to abort. durable makes the commit reach the
+// disk before it returns: the metadata, and for a commit into main its
+// journal and the changed files.
 func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 	if child == Main {
 		return CommitResult{}, api.Errorf(api.ErrBadRequest, "commit: main has no parent")
@@ -87,6 +88,11 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 			return CommitResult{}, fmt.Errorf("commit %s: %w", child, err)
 		}
 		c.gone = true
+		if durable {
+			if err := s.db.Sync(); err != nil {
+				return res, fmt.Errorf("commit %s: sync: %w", child, err)
+			}
+		}
 		delete(s.branches, c.Name)
 		s.reclaimLocked()
 		return res, nil

@@ -95,7 +95,7 @@ func copyData(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(out, in) // uses copy_file_range between regular files
+	err = copyExtents(int(in.Fd()), int(out.Fd()))
 	if err2 := out.Close(); err == nil {
 		err = err2
 	}
