@@ -14,9 +14,16 @@ import (
 // drives it: Create with a callback that makes the real file, CopyUp and a
 // write to the returned real path, Resolve and a read of Res.Real.
 type fixture struct {
-	t         testing.TB
+	t         tb
 	s         *Store
 	base, dir string
+}
+
+// tb is what the fixture needs of a test: testing.TB or a rapid.T.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
 }
 
 // newFixture makes a base holding files (a key ending in "/" is a
