@@ -272,3 +272,34 @@ func TestRequestErrors(t *testing.T) {
 		t.Errorf("create under a file = %v, want ENOTDIR", err)
 	}
 }
+
+// TestNameReuse: a name freed by a commit can be forked again; the stale
+// children of the committed branch do not become the new branch's.
+func TestNameReuse(t *testing.T) {
+	f := newFixture(t, isoBase)
+	f.fork(Main, "c")
+	f.write(f.br("c"), "c", "old")
+	f.fork("c", "c1")
+	f.commit("c", false)
+	if !f.br("c1").Stale() {
+		t.Fatalf("c1 is not stale after its parent committed")
+	}
+	f.fork(Main, "c")
+	for _, when := range []string{"live", "after reopen"} {
+		if got := f.s.Subtree("c"); strings.Join(got, ",") != "c" {
+			t.Errorf("%s: subtree of the new c = %v, want only c", when, got)
+		}
+		f.reopen()
+	}
+	f.fork("c", "x")
+	f.write(f.br("x"), "x", "x")
+	if res := f.commit("x", false); len(res.Stale) != 0 {
+		t.Errorf("commit into the new c made %v stale", res.Stale)
+	}
+	if err := f.s.Abort("c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Branch("c1"); err != nil {
+		t.Errorf("abort of the new c dropped the old c's child: %v", err)
+	}
+}

@@ -104,10 +104,13 @@ func BenchmarkLookupDepth(b *testing.B) {
 			if i == 1 {
 				f.write(br, "sub/bottom", "bottom")
 			}
+			// A directory every level writes in: it has an entry in each
+			// layer, so resolving under it scans them (the known O(depth) case).
+			f.write(br, fmt.Sprintf("shared/f%d", i), "s")
 		})
 		lb := f.br(leaf)
 		for _, c := range []struct{ name, path string }{
-			{"base", "d/e/base"}, {"bottom", "sub/bottom"}, {"top", "lvl1"},
+			{"base", "d/e/base"}, {"bottom", "sub/bottom"}, {"top", "lvl1"}, {"shared-dir", "shared/f1"},
 		} {
 			b.Run(fmt.Sprintf("%s/%d", c.name, depth), func(b *testing.B) {
 				for b.Loop() {

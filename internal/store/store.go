@@ -467,7 +467,10 @@ func (s *Store) changedSince(p, child *Branch) bool {
 	return h.id != child.forkHead || !h.empty()
 }
 
-// descendants returns every branch under b, b excluded.
+// descendants returns every branch under b, b excluded. A parent is always
+// older (a smaller ID) than its children: a branch whose parent was
+// committed away and whose parent's name was then reused does not become
+// the child of the new branch of that name.
 func (s *Store) descendants(b *Branch) []*Branch {
 	var out []*Branch
 	for _, c := range s.branches {
@@ -475,14 +478,15 @@ func (s *Store) descendants(b *Branch) []*Branch {
 			continue
 		}
 		for p := c; p.Parent != ""; {
-			if p.Parent == b.Name {
+			pp := s.branches[p.Parent]
+			if pp == nil || pp.ID >= p.ID {
+				break
+			}
+			if pp == b {
 				out = append(out, c)
 				break
 			}
-			p = s.branches[p.Parent]
-			if p == nil {
-				break
-			}
+			p = pp
 		}
 	}
 	return out
