@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -39,7 +40,7 @@ func (f *FS) ctlInode(ctx context.Context, view *node, out *fuse.EntryOut) (*fs.
 	}
 	in := view.NewInode(ctx, c, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
 	c.attr(&out.Attr)
-	out.SetEntryTimeout(0)
+	out.SetEntryTimeout(time.Nanosecond)
 	return in, 0
 }
 
@@ -51,7 +52,7 @@ func (c *ctlNode) attr(a *fuse.Attr) {
 
 func (c *ctlNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	c.attr(&out.Attr)
-	out.SetTimeout(0)
+	out.SetTimeout(time.Nanosecond)
 	return 0
 }
 

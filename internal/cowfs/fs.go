@@ -100,6 +100,8 @@ func Mount(cfg Config) (*FS, error) {
 		},
 		// The store keeps the real inode numbers; go-fuse must not invent its own.
 		FirstAutomaticIno: 1 << 62,
+		// Report mode 0 as 0, not as go-fuse's default 0644.
+		NullPermissions: true,
 	}
 	if !pt {
 		opts.MountOptions.DisabledCapabilities = fuse.CAP_PASSTHROUGH
@@ -344,8 +346,8 @@ func (f *FS) viewInode(ctx context.Context, parent *node, name string, out *fuse
 	out.Attr.FromStat(sysStat(&st))
 	out.Attr.Ino = in.StableAttr().Ino
 	if b.Stale() {
-		out.SetEntryTimeout(0)
-		out.SetAttrTimeout(0)
+		out.SetEntryTimeout(time.Nanosecond)
+		out.SetAttrTimeout(time.Nanosecond)
 	}
 	return in, 0
 }
@@ -357,4 +359,21 @@ func (f *FS) realOf(b *store.Branch, rel string) string {
 		return ""
 	}
 	return res.Real
+}
+
+// attrOf fills the attributes of rel in b.
+func (f *FS) attrOf(b *store.Branch, rel string, out *fuse.AttrOut) syscall.Errno {
+	res, err := f.st.Resolve(b, rel)
+	if err != nil {
+		return errno(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(res.Real, &st); err != nil {
+		return errno(err)
+	}
+	out.Attr.FromStat(sysStat(&st))
+	if res.Nlink > out.Attr.Nlink {
+		out.Attr.Nlink = res.Nlink
+	}
+	return 0
 }

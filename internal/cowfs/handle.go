@@ -74,9 +74,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if h.write {
 		h.n.fs.st.CloseWrite(h.real)
 	}
-	if h.lower {
-		h.n.closeLower()
-	}
+	h.n.dropHandle(h)
 	return fs.ToErrno(err)
 }
 
@@ -99,6 +97,9 @@ func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 		return fs.ToErrno(err)
 	}
 	h.n.fill(&out.Attr, &st)
+	if h.lower && h.n.isGone() {
+		out.Attr.Nlink = 0 // its name is gone from this branch; the lower file is untouched
+	}
 	return 0
 }
 

@@ -26,9 +26,52 @@ type node struct {
 	root *fs.Inode     // its view root (the mount root or an /@NAME node)
 	at   bool          // the view is an /@NAME one
 
-	mu        sync.Mutex // guards lowerOpen
-	lowerOpen int        // descriptors open on a lower copy of this inode
-	lowerGone *sync.Cond
+	mu        sync.Mutex           // guards the fields below
+	lowerOpen int                  // descriptors open on a lower copy of this inode
+	handles   map[*handle]struct{} // open descriptors, for calls on an unlinked file
+	gone      bool                 // unlinked from this view
+}
+
+func (n *node) addHandle(h *handle) {
+	n.mu.Lock()
+	if n.handles == nil {
+		n.handles = map[*handle]struct{}{}
+	}
+	n.handles[h] = struct{}{}
+	if h.lower {
+		n.lowerOpen++
+	}
+	n.mu.Unlock()
+}
+
+func (n *node) dropHandle(h *handle) {
+	n.mu.Lock()
+	delete(n.handles, h)
+	if h.lower {
+		n.lowerOpen--
+	}
+	n.mu.Unlock()
+}
+
+// anyHandle returns an open descriptor of the node, a writable one first:
+// chmod or stat of an unlinked file goes through it.
+func (n *node) anyHandle() *handle {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var found *handle
+	for h := range n.handles {
+		if !h.lower {
+			return h
+		}
+		found = h
+	}
+	return found
+}
+
+func (n *node) isGone() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.gone
 }
 
 var (
@@ -122,15 +165,38 @@ func (n *node) child(ctx context.Context, name string, res store.Res, st *unix.S
 		ino = st.Ino
 	}
 	b, _ := n.branch()
-	gen := b.ID * 2
-	if n.at {
-		gen++
-	}
+	gen := viewGen(b, n.at, st, res)
 	c := &node{fs: n.fs, br: b, root: n.root, at: n.at}
 	in := n.NewInode(ctx, c, fs.StableAttr{Mode: st.Mode & unix.S_IFMT, Ino: ino, Gen: gen})
 	out.Attr.FromStat(sysStat(st))
 	out.Attr.Ino = ino
+	if res.Nlink > out.Attr.Nlink {
+		out.Attr.Nlink = res.Nlink
+	}
+	if out.Attr.Nlink > 1 && !res.IsDir() {
+		// Another name of this inode may be copied up at any time, making
+		// it another kernel inode: nothing about it may be cached.
+		out.SetEntryTimeout(time.Nanosecond)
+		out.SetAttrTimeout(time.Nanosecond)
+	}
 	return in
+}
+
+// viewGen is the go-fuse generation of a node: its view (the branch, and
+// whether through /@NAME), and for a regular file whether the branch's own
+// copy is meant. A copy-up thus makes a new kernel inode for the path (with
+// the same st_ino): the kernel keeps one passthrough backing file per inode,
+// and the old inode may still have descriptors open on the lower copy.
+func viewGen(b *store.Branch, at bool, st *unix.Stat_t, res store.Res) uint64 {
+	gen := b.ID * 2
+	if at {
+		gen++
+	}
+	gen <<= 1
+	if st.Mode&unix.S_IFMT == unix.S_IFREG && !res.Lower && b.Name != store.Main {
+		gen |= 1
+	}
+	return gen
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -159,11 +225,16 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if h, ok := f.(*handle); ok {
+	if h, ok := f.(*handle); ok && !h.lower {
 		return h.Getattr(ctx, out)
 	}
-	_, _, res, e := n.resolve()
+	// A descriptor on a lower copy is not asked: the path may have been
+	// copied up since, and the kernel would take the old size for the new.
+	b, rel, res, e := n.resolve()
 	if e != 0 {
+		if h := n.anyHandle(); h != nil && e == syscall.ENOENT {
+			return h.Getattr(ctx, out)
+		}
 		return e
 	}
 	var st unix.Stat_t
@@ -174,15 +245,36 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if res.Ino != 0 {
 		out.Attr.Ino = res.Ino
 	}
+	if res.Nlink > out.Attr.Nlink {
+		out.Attr.Nlink = res.Nlink
+	}
+	if out.Attr.Nlink > 1 && !res.IsDir() {
+		out.SetTimeout(time.Nanosecond)
+	}
+	if res.IsDir() && res.Depth > 0 {
+		// A directory merged from several layers: count its subdirectories.
+		if ents, err := n.fs.st.ReadDir(b, rel); err == nil {
+			nl := uint32(2)
+			for _, d := range ents {
+				if d.Mode == syscall.S_IFDIR {
+					nl++
+				}
+			}
+			out.Attr.Nlink = nl
+		}
+	}
 	return 0
 }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if h, ok := f.(*handle); ok && h.write {
+	if h, ok := f.(*handle); ok && !h.lower {
 		return h.Setattr(ctx, in, out)
 	}
 	b, rel, res, e := n.resolve()
 	if e != 0 {
+		if h := n.anyHandle(); h != nil && !h.lower && e == syscall.ENOENT {
+			return h.Setattr(ctx, in, out)
+		}
 		return e
 	}
 	if sz, ok := in.GetSize(); ok {
@@ -191,11 +283,6 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			if err := n.fs.st.Grow(b, int64(sz)-st.Size); err != nil {
 				return errno(err)
 			}
-		}
-	}
-	if res.Lower && !res.IsDir() {
-		if e := n.waitLower(); e != 0 {
-			return e
 		}
 	}
 	real, err := n.fs.st.CopyUp(b, rel)
@@ -261,44 +348,11 @@ func setattrPath(ctx context.Context, real string, in *fuse.SetAttrIn, nofollow 
 	return 0
 }
 
-// waitLower waits (up to a second) until no descriptor is open on a lower
-// copy of this inode: the kernel would keep serving the new descriptor from
-// the old backing file.
-func (n *node) waitLower() syscall.Errno {
+// hasLower reports whether a descriptor is open on a lower copy of this inode.
+func (n *node) hasLower() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.lowerOpen == 0 {
-		return 0
-	}
-	if !n.fs.passthrough {
-		return 0
-	}
-	if n.lowerGone == nil {
-		n.lowerGone = sync.NewCond(&n.mu)
-	}
-	deadline := time.Now().Add(time.Second)
-	t := time.AfterFunc(time.Second, func() {
-		n.mu.Lock()
-		n.lowerGone.Broadcast()
-		n.mu.Unlock()
-	})
-	defer t.Stop()
-	for n.lowerOpen > 0 && time.Now().Before(deadline) {
-		n.lowerGone.Wait()
-	}
-	if n.lowerOpen > 0 {
-		return syscall.ETXTBSY
-	}
-	return 0
-}
-
-func (n *node) closeLower() {
-	n.mu.Lock()
-	n.lowerOpen--
-	if n.lowerGone != nil {
-		n.lowerGone.Broadcast()
-	}
-	n.mu.Unlock()
+	return n.lowerOpen > 0
 }
 
 const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC
@@ -313,14 +367,15 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	real := res.Real
 	lower := false
 	if write {
-		if res.Lower {
-			if e := n.waitLower(); e != 0 {
-				return nil, 0, e
-			}
-		}
 		var err error
 		if real, err = n.fs.st.CopyUp(b, rel); err != nil {
 			return nil, 0, errno(err)
+		}
+		if res.Lower && n.fs.passthrough && n.hasLower() {
+			// This inode's backing file is the lower copy, open elsewhere.
+			// ESTALE makes the kernel look the path up again (LOOKUP_REVAL)
+			// and retry the open once, on the new inode of the copy.
+			return nil, 0, syscall.ESTALE
 		}
 	} else if res.Lower {
 		lower = true
@@ -334,11 +389,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if write {
 		n.fs.st.OpenWrite(real)
 	}
-	if lower {
-		n.mu.Lock()
-		n.lowerOpen++
-		n.mu.Unlock()
-	}
+	n.addHandle(h)
 	return h, 0, 0
 }
 
@@ -410,6 +461,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	real := c.fs.realOf(b, join(n.rel(), name))
 	h := &handle{fd: fd, n: c, br: b, real: real, write: true, passthrough: n.fs.passthrough && b.Quota == 0}
 	n.fs.st.OpenWrite(real)
+	c.addHandle(h)
 	return in, h, 0, 0
 }
 
@@ -445,15 +497,14 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if err := n.fs.st.Link(b, t.rel(), rel); err != nil {
 		return nil, errno(err)
 	}
-	res, err := n.fs.st.Resolve(b, rel)
-	if err != nil {
-		return nil, errno(err)
+	// Both names are one kernel inode, the target's.
+	var a fuse.AttrOut
+	if e := n.fs.attrOf(b, rel, &a); e != 0 {
+		return nil, e
 	}
-	var st unix.Stat_t
-	if err := unix.Lstat(res.Real, &st); err != nil {
-		return nil, errno(err)
-	}
-	return n.child(ctx, name, res, &st, out), 0
+	out.Attr = a.Attr
+	out.Attr.Ino = t.StableAttr().Ino
+	return &t.Inode, 0
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
@@ -484,6 +535,13 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 	}
 	if err := n.fs.st.Remove(b, join(n.rel(), name), dir); err != nil {
 		return errno(err)
+	}
+	if ch := n.GetChild(name); ch != nil {
+		if c, ok := ch.Operations().(*node); ok {
+			c.mu.Lock()
+			c.gone = true
+			c.mu.Unlock()
+		}
 	}
 	return 0
 }
@@ -530,7 +588,13 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, errno(err)
 	}
-	out := make([]fuse.DirEntry, 0, len(ents)+1)
+	out := make([]fuse.DirEntry, 0, len(ents)+3)
+	pino := n.StableAttr().Ino
+	if _, p := n.Parent(); p != nil {
+		pino = p.StableAttr().Ino
+	}
+	out = append(out, fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: n.StableAttr().Ino},
+		fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Ino: pino})
 	for _, d := range ents {
 		out = append(out, fuse.DirEntry{Name: d.Name, Mode: d.Mode, Ino: d.Ino})
 	}

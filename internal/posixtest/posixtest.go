@@ -61,9 +61,24 @@ func Run(t *testing.T, env Env) {
 	if se, ok := env.(StrictEnv); ok {
 		s.strict = se.Strict()
 	}
+	known, _ := env.(KnownLimits)
 	for _, c := range s.cases() {
-		t.Run(c.Name, func(t *testing.T) { runCase(t, env, c) })
+		t.Run(c.Name, func(t *testing.T) {
+			if known != nil {
+				if why := known.KnownLimit(c.Name); why != "" {
+					t.Skip("known limit of this filesystem: " + why)
+				}
+			}
+			runCase(t, env, c)
+		})
 	}
+}
+
+// KnownLimits is implemented by an Env whose filesystem documents that it
+// departs from POSIX in a case: that case is skipped with the reason, which
+// the filesystem's docs must carry too.
+type KnownLimits interface {
+	KnownLimit(caseName string) string
 }
 
 // runCase runs one case: its directory, Run, then Nobody in a child.

@@ -13,7 +13,8 @@ import (
 const (
 	whPrefix  = ".wh."
 	opqMarker = ".wh..wh..opq"
-	inoXattr  = "user.arbor.ino" // the inode number a copied-up file keeps reporting
+	inoXattr   = "user.arbor.ino"   // the inode number a copied-up file keeps reporting
+	nlinkXattr = "user.arbor.nlink" // the link count of a hard-linked file it was copied from
 )
 
 type kind uint8
@@ -32,6 +33,15 @@ type layer struct {
 	paths map[string]struct{} // the paths it has index entries for
 	bytes int64               // bytes of regular files it holds, for quotas
 	made  bool                // its directory exists
+	// links maps the inode number of a hard-linked lower file to the copy
+	// of it this layer holds, so that its other names find the same copy.
+	links map[uint64]linkCopy
+}
+
+// linkCopy is the copy-up of a lower file with several names.
+type linkCopy struct {
+	rel   string
+	nlink uint32 // the lower file's link count
 }
 
 func (l *layer) empty() bool { return len(l.paths) == 0 }
@@ -99,7 +109,11 @@ func (s *Store) indexLayer(l *layer) error {
 			_, err := os.Lstat(filepath.Join(p, opqMarker))
 			s.put(l, rel, kDir, err == nil, 0)
 		default:
-			s.put(l, rel, kFile, false, readIno(p))
+			ino := readIno(p)
+			s.put(l, rel, kFile, false, ino)
+			if nl := readXattrUint(p, nlinkXattr); nl > 1 && ino != 0 {
+				s.addLink(l, ino, rel, uint32(nl))
+			}
 			if fi, err := d.Info(); err == nil && fi.Mode().IsRegular() {
 				l.bytes += fi.Size()
 			}
@@ -108,14 +122,38 @@ func (s *Store) indexLayer(l *layer) error {
 	})
 }
 
-func readIno(p string) uint64 {
+func readIno(p string) uint64 { return readXattrUint(p, inoXattr) }
+
+func readXattrUint(p, name string) uint64 {
 	var buf [24]byte
-	n, err := unix.Lgetxattr(p, inoXattr, buf[:])
+	n, err := unix.Lgetxattr(p, name, buf[:])
 	if err != nil {
 		return 0
 	}
 	v, _ := strconv.ParseUint(string(buf[:n]), 10, 64)
 	return v
+}
+
+func (s *Store) addLink(l *layer, ino uint64, rel string, nlink uint32) {
+	if l.links == nil {
+		l.links = map[uint64]linkCopy{}
+	}
+	if _, ok := l.links[ino]; !ok {
+		s.nlinks++
+	}
+	l.links[ino] = linkCopy{rel: rel, nlink: nlink}
+}
+
+// linkCopyIn returns layer l's copy of the lower inode ino, if it still holds it.
+func (s *Store) linkCopyIn(l *layer, ino uint64) (linkCopy, bool) {
+	lc, ok := l.links[ino]
+	if !ok {
+		return lc, false
+	}
+	if e, ok := s.get(l, lc.rel); !ok || e.kind != kFile || e.ino != ino {
+		return lc, false
+	}
+	return lc, true
 }
 
 // put sets rel's entry in layer l.
@@ -173,6 +211,8 @@ func (s *Store) get(l *layer, rel string) (entry, bool) {
 }
 
 func (s *Store) unindexLayer(l *layer) {
+	s.nlinks -= len(l.links)
+	l.links = nil
 	for p := range l.paths {
 		s.drop(l, p)
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -253,12 +254,31 @@ func (s *Store) copyUp(b *Branch, rel string) (string, error) {
 		return "", syscall.ENOSPC
 	}
 	dst := h.real(rel)
-	if err := copyNode(res.Real, dst, &st); err != nil {
-		return "", err
-	}
 	k, ino := kFile, res.Ino
 	if ino == 0 {
 		ino = st.Ino
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
+		// A hard-linked lower file: its names share one copy in the head.
+		if lc, ok := s.linkCopyIn(h, ino); ok {
+			if err := os.Link(h.real(lc.rel), dst); err != nil {
+				return "", err
+			}
+			s.put(h, rel, kFile, false, ino)
+			return dst, nil
+		}
+		if err := copyNode(res.Real, dst, &st); err != nil {
+			return "", err
+		}
+		setIno(dst, ino)
+		unix.Lsetxattr(dst, nlinkXattr, []byte(strconv.FormatUint(uint64(st.Nlink), 10)), 0)
+		s.addLink(h, ino, rel, uint32(st.Nlink))
+		h.bytes += st.Size
+		s.put(h, rel, kFile, false, ino)
+		return dst, nil
+	}
+	if err := copyNode(res.Real, dst, &st); err != nil {
+		return "", err
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		k, ino = kDir, 0

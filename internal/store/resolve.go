@@ -16,6 +16,7 @@ type Res struct {
 	Kind  kind
 	Ino   uint64 // the inode number to report (0: the real file's)
 	Lower bool   // a branch other than main sees it below its head: a write copies it up
+	Nlink uint32 // for the copy of a hard-linked lower file, the lower file's link count
 	cut   int    // for a directory: the depth below which its content is hidden
 }
 
@@ -85,6 +86,16 @@ func (s *Store) resolve(b *Branch, rel string, max int) (Res, error) {
 			return Res{}, syscall.ENOENT
 		case ok:
 			res = Res{Real: best.l.real(p), Depth: best.l.depth, Kind: best.kind, Ino: best.ino, cut: childCut}
+			if s.nlinks > 0 && best.kind == kFile && j < 0 {
+				if lc, ok := best.l.links[best.ino]; ok && lc.rel == p {
+					res.Nlink = lc.nlink
+				} else if best.l.depth < len(b.chain) {
+					var st unix.Stat_t
+					if unix.Lstat(res.Real, &st) == nil && st.Nlink > 1 && st.Mode&unix.S_IFMT == unix.S_IFREG {
+						res = s.linkRedirect(b, res, &st)
+					}
+				}
+			}
 		case cut == 0:
 			var st unix.Stat_t
 			real := s.base + "/" + p
@@ -96,6 +107,9 @@ func (s *Store) resolve(b *Branch, rel string, max int) (Res, error) {
 				k = kDir
 			}
 			res = Res{Real: real, Kind: k}
+			if s.nlinks > 0 && st.Nlink > 1 && k == kFile {
+				res = s.linkRedirect(b, res, &st)
+			}
 		default:
 			return Res{}, syscall.ENOENT
 		}
@@ -109,6 +123,21 @@ func (s *Store) resolve(b *Branch, rel string, max int) (Res, error) {
 		cut = res.cut
 		i += j + 1
 	}
+}
+
+// linkRedirect: if another name of the hard-linked lower file res was
+// copied up into a layer above it, every name must show that one copy.
+func (s *Store) linkRedirect(b *Branch, res Res, st *unix.Stat_t) Res {
+	ino := res.Ino
+	if ino == 0 {
+		ino = st.Ino
+	}
+	for d := len(b.chain); d > res.Depth; d-- {
+		if lc, ok := s.linkCopyIn(b.chain[d-1], ino); ok {
+			return Res{Real: b.chain[d-1].real(lc.rel), Depth: d, Kind: kFile, Ino: ino, Nlink: lc.nlink}
+		}
+	}
+	return res
 }
 
 // Resolve finds rel (a clean relative path, "" for the root) in the branch.

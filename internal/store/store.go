@@ -39,6 +39,7 @@ type Store struct {
 	layers   map[uint64]*layer
 	index    map[string][]entry // relative path -> the layers that hold it
 	writers  map[string]int     // real path -> descriptors open for writing on it
+	nlinks   int                // link copies in all layers (0: resolve skips the look-up)
 	nextID   uint64
 
 	gc sync.WaitGroup // background reclaim of dropped layers
