@@ -161,7 +161,7 @@ func (f *FS) Switch(name string) error {
 	if err != nil {
 		return fmt.Errorf("switch: %w", err)
 	}
-	if b.Stale() {
+	if f.st.IsStale(b) {
 		return api.Errorf(api.ErrStale, "switch %s: the branch is stale", name)
 	}
 	f.setCurrent(name)
@@ -279,32 +279,30 @@ func (f *FS) Aborted(dropped []string, parent string) {
 }
 
 // invalidateRoot makes the kernel forget what it knows under the root (a
-// switch or a commit changed what it shows), in the background: a
-// notification must not run inside a FUSE request that holds kernel locks.
+// switch or a commit changed what it shows) before it returns, so that the
+// next access sees the new branch. It takes no lock a FUSE request holds, and
+// the kernel takes only the root directory's lock, which no control write
+// holds, so it may run inside a request on the control file.
 func (f *FS) invalidateRoot() {
-	f.bg.Add(1)
-	go func() {
-		defer f.bg.Done()
-		r := f.rootInode()
-		names := map[string]bool{}
-		for name := range r.Children() {
-			if name != ctlName && !strings.HasPrefix(name, "@") {
-				names[name] = true
+	r := f.rootInode()
+	names := map[string]bool{}
+	for name := range r.Children() {
+		if name != ctlName && !strings.HasPrefix(name, "@") {
+			names[name] = true
+		}
+	}
+	if b, err := f.currentBranch(); err == nil {
+		if ents, err := f.st.ReadDir(b, ""); err == nil {
+			for _, e := range ents {
+				names[e.Name] = true
 			}
 		}
-		if b, err := f.currentBranch(); err == nil {
-			if ents, err := f.st.ReadDir(b, ""); err == nil {
-				for _, e := range ents {
-					names[e.Name] = true
-				}
-			}
-		}
-		for name := range names {
-			r.RmChild(name)
-			r.NotifyEntry(name)
-		}
-		r.NotifyContent(0, 0)
-	}()
+	}
+	for name := range names {
+		r.RmChild(name)
+		r.NotifyEntry(name)
+	}
+	r.NotifyContent(0, 0)
 }
 
 // InvalidateAll makes the kernel forget every entry it knows (a commit into
@@ -345,7 +343,7 @@ func (f *FS) viewInode(ctx context.Context, parent *node, name string, out *fuse
 	v.root = in
 	out.Attr.FromStat(sysStat(&st))
 	out.Attr.Ino = in.StableAttr().Ino
-	if b.Stale() {
+	if f.st.IsStale(b) {
 		out.SetEntryTimeout(time.Nanosecond)
 		out.SetAttrTimeout(time.Nanosecond)
 	}

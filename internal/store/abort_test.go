@@ -220,7 +220,7 @@ func TestPersistence(t *testing.T) {
 		var out []string
 		for _, bi := range f.s.Branches() {
 			b := f.br(bi.Name)
-			if b.Stale() {
+			if f.s.IsStale(b) {
 				continue
 			}
 			out = append(out, bi.Name+": "+f.ls(b, "")+" | "+f.ls(b, "d2")+" | a="+f.read(b, "a")+" y="+f.read(b, "ydir/f")+" q2="+f.read(b, "q2"))
@@ -235,7 +235,7 @@ func TestPersistence(t *testing.T) {
 	if got := contents(); got != beforeC {
 		t.Errorf("contents after reopen:\n%s\nwant\n%s", got, beforeC)
 	}
-	if !f.br("q3").Stale() {
+	if !f.s.IsStale(f.br("q3")) {
 		t.Errorf("q3 is not stale after reopen")
 	}
 	if got := f.s.Subtree("z"); strings.Join(got, ",") != "z,z1" {

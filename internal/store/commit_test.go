@@ -74,7 +74,7 @@ func TestFirstCommitWins(t *testing.T) {
 						continue
 					}
 					b := f.br(name)
-					if !b.Stale() {
+					if !f.s.IsStale(b) {
 						t.Errorf("%s: loser %s is not stale", when, name)
 					}
 					staleOps(t, f.s, b)
@@ -154,7 +154,7 @@ func TestCommitAfterParentChanged(t *testing.T) {
 				t.Errorf("message %q does not say the parent changed", msg)
 			}
 			c := f.br("c")
-			if c.Stale() {
+			if f.s.IsStale(c) {
 				t.Errorf("c is marked stale by a refused commit")
 			}
 			if got := f.read(c, "cfile"); got != "mine" {
@@ -188,7 +188,7 @@ func TestStaleAfterCommit(t *testing.T) {
 		t.Fatalf("commit result %+v, want parent p and stale a1,b,b1,b11", res)
 	}
 	for name, want := range map[string]bool{"p": false, "q": false, "b": true, "b1": true, "b11": true, "a1": true} {
-		if got := f.br(name).Stale(); got != want {
+		if got := f.s.IsStale(f.br(name)); got != want {
 			t.Errorf("%s stale = %v, want %v", name, got, want)
 		}
 	}
@@ -281,7 +281,7 @@ func TestNameReuse(t *testing.T) {
 	f.write(f.br("c"), "c", "old")
 	f.fork("c", "c1")
 	f.commit("c", false)
-	if !f.br("c1").Stale() {
+	if !f.s.IsStale(f.br("c1")) {
 		t.Fatalf("c1 is not stale after its parent committed")
 	}
 	f.fork(Main, "c")

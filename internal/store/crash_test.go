@@ -192,7 +192,7 @@ func TestCrashAtCommitPoints(t *testing.T) {
 			if _, err := f.s.Branch("c"); !errors.Is(err, api.ErrNotFound) {
 				t.Errorf("the committed child is still a branch: %v", err)
 			}
-			if !f.br("sib").Stale() {
+			if !f.s.IsStale(f.br("sib")) {
 				t.Errorf("the sibling is not stale after the replay")
 			}
 			// The store works on: a new fork sees the commit.

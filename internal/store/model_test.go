@@ -413,8 +413,8 @@ func TestModel(t *testing.T) {
 				if err != nil {
 					rt.Fatalf("after %s %s:%s: model branch %s: %v", op, name, path, n, err)
 				}
-				if bb.Stale() != o.stale {
-					rt.Fatalf("after %s %s:%s: %s stale=%v, model %v", op, name, path, n, bb.Stale(), o.stale)
+				if f.s.IsStale(bb) != o.stale {
+					rt.Fatalf("after %s %s:%s: %s stale=%v, model %v", op, name, path, n, f.s.IsStale(bb), o.stale)
 				}
 				if o.stale {
 					continue

@@ -66,8 +66,12 @@ type Branch struct {
 	Quota     int64
 }
 
-// Stale reports whether the branch lost a commit race.
-func (b *Branch) Stale() bool { return b.stale }
+// IsStale reports whether the branch lost a commit race (or is gone).
+func (s *Store) IsStale(b *Branch) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return b.stale
+}
 
 func (b *Branch) head() *layer {
 	if len(b.chain) == 0 {

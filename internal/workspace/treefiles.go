@@ -69,7 +69,7 @@ func (t *TreeFiles) Path(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if b.Stale() {
+	if t.st.IsStale(b) {
 		return "", api.Errorf(api.ErrStale, "branch %s is stale", name)
 	}
 	return filepath.Join(t.mnt, "@"+name), nil

@@ -171,7 +171,7 @@ func (m *Manager) mount(base, mp, branch string) (*cowfs.FS, error) {
 	if branch == "" {
 		branch = store.Main
 	}
-	if b, err := sh.st.Branch(branch); err != nil || b.Stale() {
+	if b, err := sh.st.Branch(branch); err != nil || sh.st.IsStale(b) {
 		branch = store.Main
 	}
 	f, err := cowfs.Mount(cowfs.Config{

@@ -1,0 +1,182 @@
+// Package daemon is arbord's composition root: it builds the workspace
+// mounts, the tree engine and the faces (JSON-lines on the Unix socket,
+// optionally HTTP), owns every goroutine, and tears all down when its
+// context ends.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/httpapi"
+	"github.com/arbor-dev/arbor/internal/lineapi"
+	"github.com/arbor-dev/arbor/internal/metrics"
+	"github.com/arbor-dev/arbor/internal/workspace"
+)
+
+// Version is the daemon's version, reported by ping.
+const Version = "0.1.0"
+
+// Config configures the daemon. Home is required; the rest default.
+type Config struct {
+	Home      string // state directory
+	Socket    string // default Home/arbord.sock
+	AllowUIDs []int  // if set, the socket is 0666 and admits these uids (SO_PEERCRED)
+	HTTPAddr  string // if set, serve HTTP there
+	Token     string // HTTP bearer token (required for a non-loopback HTTPAddr)
+	AuditLog  string // HTTP audit log path; default Home/audit.log
+	// Passthrough: nil means FUSE passthrough when root.
+	Passthrough *bool
+	Logger      *slog.Logger
+	// Ready, if set, is closed once the socket accepts connections.
+	Ready chan<- struct{}
+}
+
+// Run runs the daemon until ctx ends.
+func Run(ctx context.Context, cfg Config) (err error) {
+	if cfg.Home == "" {
+		return api.Errorf(api.ErrBadRequest, "daemon: Home is required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Socket == "" {
+		cfg.Socket = filepath.Join(cfg.Home, "arbord.sock")
+	}
+	if cfg.AuditLog == "" {
+		cfg.AuditLog = filepath.Join(cfg.Home, "audit.log")
+	}
+	if err := os.MkdirAll(cfg.Home, 0o700); err != nil {
+		return err
+	}
+	// One daemon per home: the lock is held for the process's life.
+	lock, err := os.OpenFile(filepath.Join(cfg.Home, "arbord.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return api.Errorf(api.ErrBusy, "daemon: another arbord runs with home %s", cfg.Home)
+	}
+
+	var cleanups []func()
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}()
+	ws, err := workspace.New(workspace.Config{Home: cfg.Home, Passthrough: cfg.Passthrough, Logger: log})
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, func() {
+		if err := ws.Close(); err != nil {
+			log.Warn("close workspaces", "err", err)
+		}
+	})
+	eng, err := engine.New(engine.Config{
+		Home: filepath.Join(cfg.Home, "trees"),
+		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
+			return ws.OpenTreeFiles(ctx, dir, base)
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, func() {
+		if err := eng.Close(); err != nil {
+			log.Warn("close engine", "err", err)
+		}
+	})
+	m, err := metrics.New(metrics.Config{Gauges: metrics.GaugesFunc(func() []metrics.TreeGauge { return gauges(eng) })})
+	if err != nil {
+		return err
+	}
+	h := &router{ws: ws, eng: eng}
+
+	line, err := lineapi.New(lineapi.Config{Path: cfg.Socket, AllowUIDs: cfg.AllowUIDs, Handler: h, Metrics: m, Logger: log})
+	if err != nil {
+		return err
+	}
+	ln, err := lineapi.Listen(cfg.Socket, cfg.AllowUIDs)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); wg.Wait() }()
+	wg.Add(1)
+	go func() { defer wg.Done(); errs <- line.Serve(ctx, ln) }()
+	if cfg.HTTPAddr != "" {
+		audit, err := httpapi.OpenAuditLog(cfg.AuditLog)
+		if err != nil {
+			return err
+		}
+		cleanups = append(cleanups, func() { audit.Close() })
+		hs, err := httpapi.New(httpapi.Config{Addr: cfg.HTTPAddr, Token: cfg.Token, Handler: h, Metrics: m, AuditLog: audit, Logger: log, Version: Version})
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- hs.Run(ctx) }()
+	}
+	log.Info("arbord running", "home", cfg.Home, "socket", cfg.Socket, "http", cfg.HTTPAddr)
+	if cfg.Ready != nil {
+		close(cfg.Ready)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errs:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("daemon: %w", err)
+		}
+		return nil
+	}
+}
+
+// router sends workspace ops to the workspace manager and the rest to the engine.
+type router struct {
+	ws  *workspace.Manager
+	eng *engine.Engine
+}
+
+func (r *router) Do(ctx context.Context, req api.Request) (api.Response, error) {
+	if strings.HasPrefix(req.Op, "ws_") {
+		return r.ws.Do(ctx, req)
+	}
+	if req.Op == api.OpPing {
+		return api.Response{Status: "pong", Version: Version}, nil
+	}
+	return r.eng.Do(ctx, req)
+}
+
+func (r *router) Watch(ctx context.Context, treeID string) (api.Response, <-chan api.Event, error) {
+	return r.eng.Watch(ctx, treeID)
+}
+
+// gauges turns the engine's per-tree figures into the metrics' gauges.
+func gauges(eng *engine.Engine) []metrics.TreeGauge {
+	var out []metrics.TreeGauge
+	for _, t := range eng.Stats() {
+		out = append(out, metrics.TreeGauge{
+			TreeID: t.TreeID, Nodes: t.Nodes,
+			LiveNodes: t.Usage.LiveNodes, MaxLiveNodes: t.Budget.MaxLiveNodes,
+			RAMBytes: t.Usage.LiveRAMBytes, MaxRAMBytes: t.Budget.MaxLiveRAMBytes,
+			DiskBytes: t.Usage.DiskBytes, MaxDiskBytes: t.Budget.MaxDiskBytes,
+		})
+	}
+	return out
+}
