@@ -85,6 +85,8 @@ func Mount(cfg Config) (*FS, error) {
 	}
 	f := &FS{st: cfg.Store, cfg: cfg, passthrough: pt, control: !cfg.NoControl, log: log, current: cfg.Branch}
 	f.root = &node{fs: f}
+	// Set before fs.Mount: the kernel's first requests can come while it returns.
+	f.root.root = &f.root.Inode
 	ttl := time.Second
 	opts := &fs.Options{
 		EntryTimeout: &ttl, AttrTimeout: &ttl, NegativeTimeout: &ttl,
@@ -111,7 +113,6 @@ func Mount(cfg Config) (*FS, error) {
 		return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
 	}
 	f.server = srv
-	f.root.root = &f.root.Inode
 	return f, nil
 }
 
