@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what Arbor's tests and demo need on a fresh Debian machine:
+# FUSE 3, the attr tools, python3, git, fuse-overlayfs (a benchmark peer),
+# and the Go modules. Idempotent; quiet unless something fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=$PATH:/usr/local/go/bin
+need=()
+for p in fuse3 attr python3 git fuse-overlayfs; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "setup: missing packages ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
+  fi
+fi
+[ -e /dev/fuse ] || { [ "$(id -u)" -eq 0 ] && mknod -m 0666 /dev/fuse c 10 229 || true; }
+go mod download
