@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func need(t *testing.T) {
+func need(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		if os.Getenv("ARBOR_TEST_REQUIRE") != "" {

@@ -1,0 +1,267 @@
+package cowfs
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/arbor-dev/arbor/internal/store"
+	"golang.org/x/sys/unix"
+)
+
+// benchMount mounts a store over a base of n files (100 to a directory, as
+// in the store's benchmarks) and returns the mount and its mountpoint.
+func benchMount(b *testing.B, n int) (*FS, string) {
+	b.Helper()
+	need(b)
+	root := b.TempDir()
+	base, mnt := filepath.Join(root, "base"), filepath.Join(root, "mnt")
+	for _, d := range []string{base, mnt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range n {
+		d := filepath.Join(base, fmt.Sprintf("d%d", i%100))
+		if i < 100 {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%d", i)), []byte("x"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	st, err := store.Open(store.Config{Dir: filepath.Join(root, "state"), Base: base})
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := Mount(Config{Store: st, Mountpoint: mnt})
+	if err != nil {
+		st.Close()
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := f.Unmount(true); err != nil {
+			b.Error(err)
+		}
+		st.Close()
+	})
+	return f, mnt
+}
+
+// ctlIoctl opens a control file, runs one ioctl on it and closes it,
+// timing only the ioctl. out, if not nil, is the ioctl's buffer.
+func ctlIoctl(b *testing.B, ctl string, cmd uintptr, out []byte) time.Duration {
+	b.Helper()
+	fd, err := unix.Open(ctl, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if out == nil {
+		out = make([]byte, 1)
+	}
+	t0 := time.Now()
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), cmd, uintptr(unsafe.Pointer(&out[0])))
+	d := time.Since(t0)
+	if e != 0 {
+		b.Fatalf("ioctl %#x on %s: %v", cmd, ctl, e)
+	}
+	return d
+}
+
+// waitReleased waits until the daemon has seen the RELEASE of the last
+// descriptor on /@branch/file. The kernel sends RELEASE after close(2)
+// returns, asynchronously; a file still open for writing when its branch's
+// parent forks again is moved into the parent's new head (see
+// store.keepWriters), which makes the next child's commit lose the
+// first-commit-wins check.
+func waitReleased(b *testing.B, f *FS, branch, file string) {
+	b.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		v := f.rootInode().GetChild("@" + branch)
+		var c *node
+		if v != nil {
+			if in := v.GetChild(file); in != nil {
+				c, _ = in.Operations().(*node)
+			}
+		}
+		if c == nil || c.anyHandle() == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("/@%s/%s: no RELEASE within 2 s of close", branch, file)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+}
+
+// latencies collects one duration per timed operation and reports their
+// median (and 90th percentile) as custom metrics.
+type latencies []time.Duration
+
+func (l latencies) report(b *testing.B) {
+	if len(l) == 0 {
+		return
+	}
+	s := slices.Clone(l)
+	slices.Sort(s)
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	b.ReportMetric(us(s[len(s)/2]), "p50-us")
+	b.ReportMetric(us(s[len(s)*9/10]), "p90-us")
+}
+
+// BenchmarkIoctl times BranchFS's control ioctls through the mount, one
+// syscall each (the control file's open and close are not timed), and
+// reports the median as p50-us:
+//
+//   - create: CREATE on the root's control file forks the branch the
+//     root shows (main, over a base of 100 to 100,000 files) and switches
+//     the root to it; create-view does it on /@main/.branchfs_ctl, which
+//     forks without switching.
+//   - commit-1KB-main: COMMIT of a branch holding one new 1 KB file
+//     (written through the mount) into main: durable, as the ioctl is.
+//   - commit-1KB-branch: the same into a branch parent.
+//   - abort-1KB: ABORT of such a branch.
+func BenchmarkIoctl(b *testing.B) {
+	sizes := []int{100, 10000, 100000}
+	if testing.Short() {
+		sizes = sizes[:2]
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("create/base=%d", n), func(b *testing.B) {
+			f, mnt := benchMount(b, n)
+			ctl := filepath.Join(mnt, ctlName)
+			buf := make([]byte, 128)
+			var lat latencies
+			for b.Loop() {
+				lat = append(lat, ctlIoctl(b, ctl, ioctlCreate, buf))
+				b.StopTimer()
+				name := string(buf[:bytes.IndexByte(buf, 0)])
+				if f.Current() != name {
+					b.Fatalf("root shows %s after creating %s", f.Current(), name)
+				}
+				// Back to main, and main changes: the next fork takes a
+				// new snapshot, as the store's BenchmarkFork does.
+				if err := f.Abort(name); err != nil {
+					b.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(mnt, "d0", "f0"), []byte(name), 0o644); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			lat.report(b)
+		})
+	}
+	for _, n := range sizes[:2] {
+		b.Run(fmt.Sprintf("create-view/base=%d", n), func(b *testing.B) {
+			f, mnt := benchMount(b, n)
+			ctl := filepath.Join(mnt, "@main", ctlName)
+			buf := make([]byte, 128)
+			var lat latencies
+			for b.Loop() {
+				lat = append(lat, ctlIoctl(b, ctl, ioctlCreate, buf))
+				b.StopTimer()
+				name := string(buf[:bytes.IndexByte(buf, 0)])
+				if err := f.Abort(name); err != nil {
+					b.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(mnt, "d0", "f0"), []byte(name), 0o644); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			lat.report(b)
+		})
+	}
+	kb := []byte(strings.Repeat("k", 1024))
+	// withChange forks parent into a fresh branch and writes a new 1 KB
+	// file into it through the mount; it returns the branch's control file.
+	withChange := func(b *testing.B, f *FS, mnt, parent string, i int) (string, string) {
+		name := fmt.Sprintf("c%d", i)
+		if err := f.Store().Fork(parent, name); err != nil {
+			b.Fatal(err)
+		}
+		view := filepath.Join(mnt, "@"+name)
+		file := fmt.Sprintf("new%d", i)
+		if err := os.WriteFile(filepath.Join(view, file), kb, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		waitReleased(b, f, name, file)
+		return name, filepath.Join(view, ctlName)
+	}
+	b.Run("commit-1KB-main", func(b *testing.B) {
+		f, mnt := benchMount(b, 100)
+		var lat latencies
+		i := 0
+		for b.Loop() {
+			b.StopTimer()
+			i++
+			_, ctl := withChange(b, f, mnt, store.Main, i)
+			b.StartTimer()
+			lat = append(lat, ctlIoctl(b, ctl, ioctlCommit, nil))
+		}
+		b.StopTimer()
+		if _, err := os.Stat(filepath.Join(f.Store().Base(), fmt.Sprintf("new%d", i))); err != nil {
+			b.Fatalf("the commit did not reach the base: %v", err)
+		}
+		lat.report(b)
+	})
+	b.Run("commit-1KB-branch", func(b *testing.B) {
+		f, mnt := benchMount(b, 100)
+		var lat latencies
+		i, parent := 0, ""
+		for b.Loop() {
+			b.StopTimer()
+			i++
+			if i%64 == 1 {
+				// A fresh parent now and then, so that its chain (which
+				// grows by one layer per commit) stays short.
+				if parent != "" {
+					if err := f.Abort(parent); err != nil {
+						b.Fatal(err)
+					}
+				}
+				parent = fmt.Sprintf("p%d", i)
+				if err := f.Store().Fork(store.Main, parent); err != nil {
+					b.Fatal(err)
+				}
+			}
+			_, ctl := withChange(b, f, mnt, parent, i)
+			b.StartTimer()
+			lat = append(lat, ctlIoctl(b, ctl, ioctlCommit, nil))
+		}
+		b.StopTimer()
+		if _, err := os.Stat(filepath.Join(mnt, "@"+parent, fmt.Sprintf("new%d", i))); err != nil {
+			b.Fatalf("the commit did not reach the parent: %v", err)
+		}
+		lat.report(b)
+	})
+	b.Run("abort-1KB", func(b *testing.B) {
+		f, mnt := benchMount(b, 100)
+		var lat latencies
+		i := 0
+		for b.Loop() {
+			b.StopTimer()
+			i++
+			name, ctl := withChange(b, f, mnt, store.Main, i)
+			b.StartTimer()
+			lat = append(lat, ctlIoctl(b, ctl, ioctlAbort, nil))
+			b.StopTimer()
+			if _, err := f.Store().Branch(name); err == nil {
+				b.Fatalf("%s is still there after ABORT", name)
+			}
+			b.StartTimer()
+		}
+		lat.report(b)
+	})
+}
