@@ -213,6 +213,9 @@ const (
 	OpTreeWatch    = "tree_watch"
 	OpTreeDrop     = "tree_drop"
 	OpTreeOpen     = "tree_open"
+	// OpShutdown asks the daemon to exit (arbor daemon stop); only root and
+	// the daemon's own uid may, and only over the socket.
+	OpShutdown = "shutdown"
 )
 
 // Fork is one child made by a fork.

@@ -82,6 +82,7 @@ Other:
   arbor demo coding-agent [--workdir DIR]   the coding-agent-fork demo
   arbor bench fs [flags]                    filesystem benchmark (see arbor bench fs -h)
   arbor daemon [flags]                      run arbord in the foreground (see arbor daemon -h)
+  arbor daemon stop                         ask the running daemon to exit (unmounting all) and wait
   arbor ping
 
 Environment: ARBOR_HOME (default /var/lib/arbor as root, ~/.local/share/arbor otherwise);

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
@@ -69,41 +70,35 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return api.Errorf(api.ErrBusy, "daemon: another arbord runs with home %s", cfg.Home)
 	}
 
-	var cleanups []func()
+	var eng *engine.Engine // set once composed; the gauges read it only when scraped
+	m, err := metrics.New(metrics.Config{Gauges: metrics.GaugesFunc(func() []metrics.TreeGauge { return gauges(eng) })})
+	if err != nil {
+		return err
+	}
+	if cfg.HTTPAddr != "" {
+		// Check the HTTP face's config (a token off loopback) before mounting anything.
+		if _, err := httpapi.New(httpapi.Config{Addr: cfg.HTTPAddr, Token: cfg.Token, Handler: &router{}, Metrics: m}); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	h, closeAll, err := compose(cfg.Home, cfg.Passthrough, log)
+	if err != nil {
+		return err
+	}
+	cleanups := []func(){closeAll}
 	defer func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
 			cleanups[i]()
 		}
 	}()
-	ws, err := workspace.New(workspace.Config{Home: cfg.Home, Passthrough: cfg.Passthrough, Logger: log})
-	if err != nil {
-		return err
+	h.uid = uint32(os.Geteuid())
+	h.shutdown = func() {
+		// After the reply has gone out: the faces close connections when ctx ends.
+		time.AfterFunc(100*time.Millisecond, cancel)
 	}
-	cleanups = append(cleanups, func() {
-		if err := ws.Close(); err != nil {
-			log.Warn("close workspaces", "err", err)
-		}
-	})
-	eng, err := engine.New(engine.Config{
-		Home: filepath.Join(cfg.Home, "trees"),
-		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
-			return ws.OpenTreeFiles(ctx, dir, base)
-		},
-		Logger: log,
-	})
-	if err != nil {
-		return err
-	}
-	cleanups = append(cleanups, func() {
-		if err := eng.Close(); err != nil {
-			log.Warn("close engine", "err", err)
-		}
-	})
-	m, err := metrics.New(metrics.Config{Gauges: metrics.GaugesFunc(func() []metrics.TreeGauge { return gauges(eng) })})
-	if err != nil {
-		return err
-	}
-	h := &router{ws: ws, eng: eng}
+	eng = h.eng
 
 	line, err := lineapi.New(lineapi.Config{Path: cfg.Socket, AllowUIDs: cfg.AllowUIDs, Handler: h, Metrics: m, Logger: log})
 	if err != nil {
@@ -115,7 +110,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
-	ctx, cancel := context.WithCancel(ctx)
 	defer func() { cancel(); wg.Wait() }()
 	wg.Add(1)
 	go func() { defer wg.Done(); errs <- line.Serve(ctx, ln) }()
@@ -147,18 +141,66 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 }
 
-// router sends workspace ops to the workspace manager and the rest to the engine.
+// compose builds the workspace mounts and the tree engine of home behind a
+// router; closeAll closes the engine, then the workspaces.
+func compose(home string, passthrough *bool, log *slog.Logger) (r *router, closeAll func(), err error) {
+	ws, err := workspace.New(workspace.Config{Home: home, Passthrough: passthrough, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	eng, err := engine.New(engine.Config{
+		Home: filepath.Join(home, "trees"),
+		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
+			return ws.OpenTreeFiles(ctx, dir, base)
+		},
+		Logger: log,
+	})
+	if err != nil {
+		if cerr := ws.Close(); cerr != nil {
+			log.Warn("close workspaces", "err", cerr)
+		}
+		return nil, nil, err
+	}
+	closeAll = func() {
+		if err := eng.Close(); err != nil {
+			log.Warn("close engine", "err", err)
+		}
+		if err := ws.Close(); err != nil {
+			log.Warn("close workspaces", "err", err)
+		}
+	}
+	return &router{ws: ws, eng: eng}, closeAll, nil
+}
+
+// router sends workspace ops to the workspace manager and the rest to the
+// engine; it serves ping and shutdown itself.
 type router struct {
-	ws  *workspace.Manager
-	eng *engine.Engine
+	ws       *workspace.Manager
+	eng      *engine.Engine
+	uid      uint32 // the daemon's effective uid
+	shutdown func() // ends Run; nil refuses shutdown
 }
 
 func (r *router) Do(ctx context.Context, req api.Request) (api.Response, error) {
 	if strings.HasPrefix(req.Op, "ws_") {
 		return r.ws.Do(ctx, req)
 	}
-	if req.Op == api.OpPing {
+	switch req.Op {
+	case api.OpPing:
 		return api.Response{Status: "pong", Version: Version}, nil
+	case api.OpShutdown:
+		uid, ok := lineapi.Peer(ctx)
+		if !ok {
+			return api.Response{}, api.Errorf(api.ErrAuth, "shutdown: only over the daemon's socket")
+		}
+		if uid != 0 && uid != r.uid {
+			return api.Response{}, api.Errorf(api.ErrAuth, "shutdown: uid %d may not stop the daemon (root and uid %d may)", uid, r.uid)
+		}
+		if r.shutdown == nil {
+			return api.Response{}, api.Errorf(api.ErrBadRequest, "shutdown: not served here")
+		}
+		r.shutdown()
+		return api.Response{Status: "shutting_down"}, nil
 	}
 	return r.eng.Do(ctx, req)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,35 +30,123 @@ type Setup struct {
 // cleanups on t.
 type Start func(t *testing.T, fake *Fake) Setup
 
+// Handler is what the faces serve (lineapi.Handler and httpapi.Handler).
+type Handler interface {
+	Do(ctx context.Context, req api.Request) (api.Response, error)
+	Watch(ctx context.Context, treeID string) (api.Response, <-chan api.Event, error)
+}
+
+// Target is a real handler for RunTarget, and what the scenarios must know of it.
+type Target struct {
+	Handler Handler
+	Base    string // a directory tree_create accepts as a base
+	Version string // what ping answers
+}
+
+// StartHandler serves h on a face and returns a client of it; it registers
+// its cleanups on t.
+type StartHandler func(t *testing.T, h Handler) Setup
+
+// probe is what scenarios need of the handler besides the face: planted
+// panics and a count of its open watches.
+type probe interface {
+	SetPanic(op string)
+	Watchers() int
+}
+
+// env is one scenario's surroundings.
+type env struct {
+	probe
+	base, version string
+}
+
+type scenario struct {
+	name string
+	fn   func(t *testing.T, ctx context.Context, s Setup, e env)
+}
+
+var scenarios = []scenario{
+	{"Ping", testPing},
+	{"CreateAndNodes", testCreateAndNodes},
+	{"ForkBatch", testForkBatch},
+	{"CommitRace", testCommitRace},
+	{"NotFound", testNotFound},
+	{"Exists", testExists},
+	{"Protected", testProtected},
+	{"BadState", testBadState},
+	{"BadInput", testBadInput},
+	{"Watch", testWatch},
+	{"WatchNotFound", testWatchNotFound},
+	{"Concurrent", testConcurrent},
+	{"HandlerPanic", testPanic},
+}
+
 // Run runs every scenario, each against a fresh Fake served by start.
 func Run(t *testing.T, start Start) {
-	scenarios := []struct {
-		name string
-		fn   func(t *testing.T, ctx context.Context, s Setup, f *Fake)
-	}{
-		{"Ping", testPing},
-		{"CreateAndNodes", testCreateAndNodes},
-		{"ForkBatch", testForkBatch},
-		{"CommitRace", testCommitRace},
-		{"NotFound", testNotFound},
-		{"Exists", testExists},
-		{"Protected", testProtected},
-		{"BadState", testBadState},
-		{"BadInput", testBadInput},
-		{"Watch", testWatch},
-		{"WatchNotFound", testWatchNotFound},
-		{"Concurrent", testConcurrent},
-		{"HandlerPanic", testPanic},
-	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			f := NewFake()
 			s := start(t, f)
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
-			sc.fn(t, ctx, s, f)
+			sc.fn(t, ctx, s, env{probe: f, base: "/srv/base", version: Version})
 		})
 	}
+}
+
+// RunTarget runs every scenario against a fresh target from newTarget (the
+// real engine, say) served by start. The suite wraps the target's handler to
+// plant panics and to count the watches whose streams it has not closed.
+func RunTarget(t *testing.T, newTarget func(t *testing.T) Target, start StartHandler) {
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			tg := newTarget(t)
+			w := &wrapped{h: tg.Handler}
+			s := start(t, w)
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			sc.fn(t, ctx, s, env{probe: w, base: tg.Base, version: tg.Version})
+		})
+	}
+}
+
+// wrapped is a Handler that can panic on an op and counts open watches: a
+// watch counts until the inner handler closes its stream.
+type wrapped struct {
+	h       Handler
+	panicOp atomic.Value // string
+	open    atomic.Int64
+}
+
+func (w *wrapped) SetPanic(op string) { w.panicOp.Store(op) }
+func (w *wrapped) Watchers() int      { return int(w.open.Load()) }
+
+func (w *wrapped) Do(ctx context.Context, req api.Request) (api.Response, error) {
+	if op, _ := w.panicOp.Load().(string); op != "" && req.Op == op {
+		panic("facetest: planted panic")
+	}
+	return w.h.Do(ctx, req)
+}
+
+func (w *wrapped) Watch(ctx context.Context, treeID string) (api.Response, <-chan api.Event, error) {
+	snap, in, err := w.h.Watch(ctx, treeID)
+	if err != nil {
+		return snap, nil, err
+	}
+	w.open.Add(1)
+	out := make(chan api.Event)
+	go func() {
+		defer w.open.Add(-1)
+		defer close(out)
+		for ev := range in {
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				// Keep draining: the watch counts until the handler closes in.
+			}
+		}
+	}()
+	return snap, out, nil
 }
 
 func mustDo(t *testing.T, ctx context.Context, s Setup, req api.Request) api.Response {
@@ -80,24 +169,24 @@ func wantErr(t *testing.T, err error, sentinel error, what string) {
 	}
 }
 
-func newTree(t *testing.T, ctx context.Context, s Setup) (tree, root string) {
+func newTree(t *testing.T, ctx context.Context, s Setup, e env) (tree, root string) {
 	t.Helper()
-	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeCreate, TreeID: "demo", Base: "/srv/base", Backend: "dir"})
+	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeCreate, TreeID: "demo", Base: e.base, Backend: "dir"})
 	if r.TreeID != "demo" || r.Root == "" {
 		t.Fatalf("tree_create: got tree %q root %q", r.TreeID, r.Root)
 	}
 	return r.TreeID, r.Root
 }
 
-func testPing(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+func testPing(t *testing.T, ctx context.Context, s Setup, e env) {
 	r := mustDo(t, ctx, s, api.Request{Op: api.OpPing})
-	if r.Status != "pong" || r.Version != Version {
+	if r.Status != "pong" || r.Version != e.version {
 		t.Fatalf("ping: got %+v", r)
 	}
 }
 
-func testCreateAndNodes(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
-	tree, root := newTree(t, ctx, s)
+func testCreateAndNodes(t *testing.T, ctx context.Context, s Setup, e env) {
+	tree, root := newTree(t, ctx, s, e)
 	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeNodes, TreeID: tree})
 	if len(r.Nodes) != 1 || r.Nodes[0].ID != root || r.Nodes[0].State != api.StateLive {
 		t.Fatalf("tree_nodes: got %+v", r.Nodes)
@@ -106,7 +195,7 @@ func testCreateAndNodes(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
 		t.Fatalf("tree_nodes: usage %v budget %v", r.Usage, r.Budget)
 	}
 	l := mustDo(t, ctx, s, api.Request{Op: api.OpTreeList})
-	if len(l.Trees) != 1 || l.Trees[0].ID != tree || l.Trees[0].Base != "/srv/base" {
+	if len(l.Trees) != 1 || l.Trees[0].ID != tree || l.Trees[0].Base != e.base {
 		t.Fatalf("tree_list: got %+v", l.Trees)
 	}
 	mustDo(t, ctx, s, api.Request{Op: api.OpTreeOpen, TreeID: tree})
@@ -115,8 +204,8 @@ func testCreateAndNodes(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
 	wantErr(t, err, api.ErrNotFound, "nodes after drop")
 }
 
-func testForkBatch(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
-	tree, root := newTree(t, ctx, s)
+func testForkBatch(t *testing.T, ctx context.Context, s Setup, e env) {
+	tree, root := newTree(t, ctx, s, e)
 	labels := []string{"minimal", "rewrite", "skip"}
 	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeForkBat, TreeID: tree, SourceID: root, Labels: labels})
 	if len(r.Forks) != 3 || r.LatencyNS <= 0 {
@@ -143,8 +232,8 @@ func testForkBatch(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
 	wantErr(t, err, api.ErrBadRequest, "fork_batch without labels")
 }
 
-func testCommitRace(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
-	tree, root := newTree(t, ctx, s)
+func testCommitRace(t *testing.T, ctx context.Context, s Setup, e env) {
+	tree, root := newTree(t, ctx, s, e)
 	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeForkBat, TreeID: tree, SourceID: root, Labels: []string{"a", "b", "c", "d"}})
 	// Commit every child at once: exactly one wins, the rest are stale.
 	var wg sync.WaitGroup
@@ -180,7 +269,7 @@ func testCommitRace(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
 	}
 }
 
-func testNotFound(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+func testNotFound(t *testing.T, ctx context.Context, s Setup, e env) {
 	for _, req := range []api.Request{
 		{Op: api.OpTreeNodes, TreeID: "nope"},
 		{Op: api.OpTreeDrop, TreeID: "nope"},
@@ -191,21 +280,21 @@ func testNotFound(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
 		_, err := s.Face.Do(ctx, req)
 		wantErr(t, err, api.ErrNotFound, req.Op+" on unknown tree")
 	}
-	tree, _ := newTree(t, ctx, s)
+	tree, _ := newTree(t, ctx, s, e)
 	for _, op := range []string{api.OpTreeCommit, api.OpTreeAbort, api.OpTreeProtect, api.OpTreeSuspend, api.OpTreePrune} {
 		_, err := s.Face.Do(ctx, api.Request{Op: op, TreeID: tree, NodeID: "n999"})
 		wantErr(t, err, api.ErrNotFound, op+" on unknown node")
 	}
 }
 
-func testExists(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
-	newTree(t, ctx, s)
-	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeCreate, TreeID: "demo", Base: "/srv/base"})
+func testExists(t *testing.T, ctx context.Context, s Setup, e env) {
+	newTree(t, ctx, s, e)
+	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeCreate, TreeID: "demo", Base: e.base})
 	wantErr(t, err, api.ErrExists, "second tree_create")
 }
 
-func testProtected(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
-	tree, root := newTree(t, ctx, s)
+func testProtected(t *testing.T, ctx context.Context, s Setup, e env) {
+	tree, root := newTree(t, ctx, s, e)
 	c := mustDo(t, ctx, s, api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: root, Label: "keep"}).NodeID
 	g := mustDo(t, ctx, s, api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: c, Label: "grandchild"}).NodeID
 	mustDo(t, ctx, s, api.Request{Op: api.OpTreeProtect, TreeID: tree, NodeID: g})
@@ -219,8 +308,8 @@ func testProtected(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
 	}
 }
 
-func testBadState(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
-	tree, root := newTree(t, ctx, s)
+func testBadState(t *testing.T, ctx context.Context, s Setup, e env) {
+	tree, root := newTree(t, ctx, s, e)
 	c := mustDo(t, ctx, s, api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: root, Label: "x"}).NodeID
 	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeResume, TreeID: tree, NodeID: c})
 	wantErr(t, err, api.ErrState, "resume a live node")
@@ -236,7 +325,7 @@ func testBadState(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
 	mustDo(t, ctx, s, api.Request{Op: api.OpTreeAbort, TreeID: tree, NodeID: c})
 }
 
-func testBadInput(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+func testBadInput(t *testing.T, ctx context.Context, s Setup, e env) {
 	for _, in := range []string{
 		`{"op":`,   // truncated
 		`not json`, // not JSON at all
@@ -257,8 +346,8 @@ func testBadInput(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
 	mustDo(t, ctx, s, api.Request{Op: api.OpPing})
 }
 
-func testWatch(t *testing.T, ctx context.Context, s Setup, f *Fake) {
-	tree, root := newTree(t, ctx, s)
+func testWatch(t *testing.T, ctx context.Context, s Setup, e env) {
+	tree, root := newTree(t, ctx, s, e)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events, err := s.Face.Watch(wctx, tree)
@@ -286,7 +375,7 @@ func testWatch(t *testing.T, ctx context.Context, s Setup, f *Fake) {
 	deadline := time.After(5 * time.Second)
 	for range events {
 	}
-	for f.Watchers() != 0 {
+	for e.Watchers() != 0 {
 		select {
 		case <-deadline:
 			t.Fatalf("watch still open on the engine after the client went away")
@@ -295,14 +384,14 @@ func testWatch(t *testing.T, ctx context.Context, s Setup, f *Fake) {
 	}
 }
 
-func testWatchNotFound(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
+func testWatchNotFound(t *testing.T, ctx context.Context, s Setup, e env) {
 	_, err := s.Face.Watch(ctx, "nope")
 	wantErr(t, err, api.ErrNotFound, "watch unknown tree")
 	mustDo(t, ctx, s, api.Request{Op: api.OpPing})
 }
 
-func testConcurrent(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
-	tree, root := newTree(t, ctx, s)
+func testConcurrent(t *testing.T, ctx context.Context, s Setup, e env) {
+	tree, root := newTree(t, ctx, s, e)
 	var wg sync.WaitGroup
 	errs := make(chan error, 16*20)
 	for g := range 16 {
@@ -331,8 +420,8 @@ func testConcurrent(t *testing.T, ctx context.Context, s Setup, _ *Fake) {
 	}
 }
 
-func testPanic(t *testing.T, ctx context.Context, s Setup, f *Fake) {
-	f.SetPanic(api.OpTreeList)
+func testPanic(t *testing.T, ctx context.Context, s Setup, e env) {
+	e.SetPanic(api.OpTreeList)
 	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeList})
 	wantErr(t, err, api.ErrInternal, "handler panic")
 	mustDo(t, ctx, s, api.Request{Op: api.OpPing})

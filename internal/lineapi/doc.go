@@ -26,6 +26,8 @@
 // mode is set before the socket appears at its path (it is bound in a private
 // directory and hard-linked into place), so there is no window with a wider
 // mode, and an existing socket is removed only if nothing answers on it.
+// Every request's context carries its connection's peer uid (Peer), so the
+// handler can restrict ops such as shutdown.
 //
 // # Lifecycle and goroutines
 //

@@ -121,6 +121,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 func (s *Server) serveConn(ctx context.Context, c net.Conn) {
+	if uc, ok := c.(*net.UnixConn); ok {
+		if uid, err := PeerUID(uc); err == nil {
+			ctx = context.WithValue(ctx, peerKey{}, uid)
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { c.Close() }) // unblocks reads and writes at shutdown
@@ -134,6 +139,15 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		}
 	}()
 	sc.serve(ctx)
+}
+
+type peerKey struct{}
+
+// Peer returns the uid of the socket peer whose request ctx belongs to
+// (SO_PEERCRED), if the request came over a Unix socket.
+func Peer(ctx context.Context) (uid uint32, ok bool) {
+	uid, ok = ctx.Value(peerKey{}).(uint32)
+	return uid, ok
 }
 
 // conn is one connection's state; only its serving goroutine touches br
@@ -381,6 +395,7 @@ var knownOps = map[string]bool{
 	api.OpTreeDrop: true, api.OpTreeOpen: true,
 	api.OpWsMount: true, api.OpWsUnmount: true, api.OpWsCreate: true, api.OpWsCommit: true,
 	api.OpWsAbort: true, api.OpWsSwitch: true, api.OpWsList: true, api.OpWsDiff: true, api.OpWsMounts: true,
+	api.OpShutdown: true,
 }
 
 func opLabel(op string) string {
