@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,12 +49,27 @@ type FS struct {
 	server      *fuse.Server
 	root        *node
 
-	mu      sync.Mutex // guards current and seq
+	mu      sync.Mutex // guards the fields below
 	current string
 	seq     int
+	// rootGen counts the changes of what the root shows. rootNeg holds
+	// the names the root's lookups answered as absent since the last one:
+	// the kernel caches those (NegativeTimeout), and they are all it may
+	// know under the root besides the root's children. Past maxRootNeg
+	// names it is dropped and rootNegFull set: the next invalidation lists
+	// the branch instead.
+	rootGen     uint64
+	rootNeg     map[string]struct{}
+	rootNegFull bool
 
 	bg sync.WaitGroup // invalidations in flight
+
+	served struct{ reads, writes atomic.Int64 } // data requests the daemon served itself
 }
+
+// Served counts the READ and WRITE requests the daemon served itself (with
+// passthrough the kernel does them, and both stay 0).
+func (f *FS) Served() (reads, writes int64) { return f.served.reads.Load(), f.served.writes.Load() }
 
 const (
 	ctlName = ".branchfs_ctl"
@@ -228,12 +245,16 @@ func (f *FS) Commit(branch string, durable bool) (store.CommitResult, error) {
 // Committed brings the mount in step with a commit made elsewhere.
 func (f *FS) Committed(res store.CommitResult, child string) {
 	f.mu.Lock()
-	showed := f.current == child
-	if showed {
+	cur := f.current
+	if cur == child {
 		f.current = res.Parent
 	}
 	f.mu.Unlock()
-	f.invalidateRoot()
+	// The root changed only if it shows the child, the parent, or a branch
+	// the commit made stale.
+	if cur == child || cur == res.Parent || slices.Contains(res.Stale, cur) {
+		f.invalidateRoot()
+	}
 }
 
 // Abort drops branch (the current one if empty) and its subtree; a mount
@@ -281,21 +302,34 @@ func (f *FS) Aborted(dropped []string, parent string) {
 
 // invalidateRoot makes the kernel forget what it knows under the root (a
 // switch or a commit changed what it shows) before it returns, so that the
-// next access sees the new branch. It takes no lock a FUSE request holds, and
-// the kernel takes only the root directory's lock, which no control write
-// holds, so it may run inside a request on the control file.
+// next access sees the new branch. What the kernel knows is the root's
+// children (each lookup it cached made one) and the names it caches as
+// absent (rootNeg); a name it knows neither way it asks about anyway. It
+// takes no lock a FUSE request holds, and the kernel takes only the root
+// directory's lock, which no control write holds, so it may run inside a
+// request on the control file.
 func (f *FS) invalidateRoot() {
 	r := f.rootInode()
-	names := map[string]bool{}
+	f.mu.Lock()
+	f.rootGen++
+	neg, full := f.rootNeg, f.rootNegFull
+	f.rootNeg, f.rootNegFull = nil, false
+	f.mu.Unlock()
+	names := make(map[string]struct{}, len(neg)+8)
 	for name := range r.Children() {
 		if name != ctlName && !strings.HasPrefix(name, "@") {
-			names[name] = true
+			names[name] = struct{}{}
 		}
 	}
-	if b, err := f.currentBranch(); err == nil {
-		if ents, err := f.st.ReadDir(b, ""); err == nil {
-			for _, e := range ents {
-				names[e.Name] = true
+	for name := range neg {
+		names[name] = struct{}{}
+	}
+	if full {
+		if b, err := f.currentBranch(); err == nil {
+			if ents, err := f.st.ReadDir(b, ""); err == nil {
+				for _, e := range ents {
+					names[e.Name] = struct{}{}
+				}
 			}
 		}
 	}
@@ -304,6 +338,38 @@ func (f *FS) invalidateRoot() {
 		r.NotifyEntry(name)
 	}
 	r.NotifyContent(0, 0)
+}
+
+// maxRootNeg bounds rootNeg.
+const maxRootNeg = 4096
+
+// rootGeneration is the count of changes of what the root shows; a root
+// lookup reads it before it resolves.
+func (f *FS) rootGeneration() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rootGen
+}
+
+// rootMissed records that a root lookup that started at generation gen
+// found no name: the kernel will cache that, so the next invalidation must
+// reach it. If the root changed meanwhile, the answer may be stale and must
+// not be cached at all.
+func (f *FS) rootMissed(name string, gen uint64, out *fuse.EntryOut) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case gen != f.rootGen:
+		out.SetEntryTimeout(time.Nanosecond)
+	case f.rootNegFull:
+	case len(f.rootNeg) >= maxRootNeg:
+		f.rootNeg, f.rootNegFull = nil, true
+	default:
+		if f.rootNeg == nil {
+			f.rootNeg = map[string]struct{}{}
+		}
+		f.rootNeg[name] = struct{}{}
+	}
 }
 
 // InvalidateAll makes the kernel forget every entry it knows (a commit into
@@ -329,11 +395,13 @@ func (f *FS) InvalidateAll() {
 // viewInode is the /@NAME node under a view root.
 func (f *FS) viewInode(ctx context.Context, parent *node, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	b, err := f.st.Branch(name)
-	if err != nil {
-		return nil, syscall.ENOENT
+	if err == nil && parent.br != nil && b.Parent != parent.br.Name {
+		err = syscall.ENOENT // /@NAME/@CHILD: only NAME's children
 	}
-	if parent.br != nil && b.Parent != parent.br.Name {
-		return nil, syscall.ENOENT // /@NAME/@CHILD: only NAME's children
+	if err != nil {
+		// Not cached: the branch may be made at any moment.
+		out.SetEntryTimeout(time.Nanosecond)
+		return nil, syscall.ENOENT
 	}
 	var st unix.Stat_t
 	if err := unix.Lstat(f.st.Base(), &st); err != nil {

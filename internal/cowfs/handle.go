@@ -40,6 +40,7 @@ var (
 func (h *handle) PassthroughFd() (int, bool) { return h.fd, h.passthrough }
 
 func (h *handle) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h.n.fs.served.reads.Add(1)
 	n, err := unix.Pread(h.fd, buf, off)
 	if err != nil {
 		return nil, fs.ToErrno(err)
@@ -48,6 +49,7 @@ func (h *handle) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadResu
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	h.n.fs.served.writes.Add(1)
 	if h.br.Quota > 0 {
 		var st unix.Stat_t
 		if err := unix.Fstat(h.fd, &st); err != nil {

@@ -208,6 +208,19 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 			return n.fs.viewInode(ctx, n, name[1:], out)
 		}
 	}
+	atRoot := n.br == nil && &n.Inode == n.root
+	var gen uint64
+	if atRoot {
+		gen = n.fs.rootGeneration()
+	}
+	in, e := n.lookup(ctx, name, out)
+	if e == syscall.ENOENT && atRoot {
+		n.fs.rootMissed(name, gen, out)
+	}
+	return in, e
+}
+
+func (n *node) lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	b, err := n.branch()
 	if err != nil {
 		return nil, errno(err)
