@@ -11,11 +11,14 @@ export ARBOR_TEST_REQUIRE=${ARBOR_TEST_REQUIRE:-all}
 # Everything a test leaves running or mounted is ended on the way out, so
 # nothing outlives this script (and holds its output open).
 cleanup() {
+  local rc=$?
+  set +e +o pipefail
   pkill -f '[a]rbor daemon --home /tmp/' 2>/dev/null || true
   pkill -f '[f]use-overlayfs' 2>/dev/null || true
   grep -E ' fuse(\.[a-z-]+)? ' /proc/self/mounts | awk '{print $2}' | grep '^/tmp/' | while read -r m; do
     umount -l "$m" 2>/dev/null || true
   done
+  exit "$rc"
 }
 trap cleanup EXIT
 
