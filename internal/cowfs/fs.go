@@ -149,7 +149,16 @@ func (f *FS) Mountpoint() string { return f.cfg.Mountpoint }
 func (f *FS) Unmount(force bool) error {
 	err := f.server.Unmount()
 	if err != nil && force {
+		var st unix.Stat_t
+		statErr := unix.Stat(f.cfg.Mountpoint, &st)
 		err = unix.Unmount(f.cfg.Mountpoint, unix.MNT_DETACH)
+		if err == nil && statErr == nil {
+			// A detached mount lives on while a process holds a file or a
+			// cwd in it, and so would the server's loops (Wait below):
+			// abort the connection (fusectl; its name is the kernel's dev_t).
+			conn := unix.Major(st.Dev)<<20 | unix.Minor(st.Dev)
+			os.WriteFile(fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", conn), []byte("1"), 0)
+		}
 	}
 	if err != nil {
 		if strings.Contains(err.Error(), "busy") || err == syscall.EBUSY {
