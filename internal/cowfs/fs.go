@@ -133,6 +133,30 @@ func Mount(cfg Config) (*FS, error) {
 	return f, nil
 }
 
+// fuseConn is the fusectl connection number of the mount at mp (the
+// kernel's dev_t of its superblock), read from /proc/self/mountinfo: a stat
+// would be a request to our own server.
+func fuseConn(mp string) (uint64, bool) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return 0, false
+	}
+	esc := strings.NewReplacer("\\", "\\134", " ", "\\040", "\t", "\\011", "\n", "\\012").Replace(mp)
+	var conn uint64
+	found := false
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 5 || fields[4] != esc {
+			continue
+		}
+		var major, minor uint64
+		if _, err := fmt.Sscanf(fields[2], "%d:%d", &major, &minor); err == nil {
+			conn, found = major<<20|minor, true // the last one is on top
+		}
+	}
+	return conn, found
+}
+
 func (f *FS) rootInode() *fs.Inode { return &f.root.Inode }
 
 // Passthrough reports whether opened files are served by FUSE passthrough.
@@ -149,14 +173,12 @@ func (f *FS) Mountpoint() string { return f.cfg.Mountpoint }
 func (f *FS) Unmount(force bool) error {
 	err := f.server.Unmount()
 	if err != nil && force {
-		var st unix.Stat_t
-		statErr := unix.Stat(f.cfg.Mountpoint, &st)
+		conn, connOK := fuseConn(f.cfg.Mountpoint) // before the detach hides it
 		err = unix.Unmount(f.cfg.Mountpoint, unix.MNT_DETACH)
-		if err == nil && statErr == nil {
+		if err == nil && connOK {
 			// A detached mount lives on while a process holds a file or a
 			// cwd in it, and so would the server's loops (Wait below):
-			// abort the connection (fusectl; its name is the kernel's dev_t).
-			conn := unix.Major(st.Dev)<<20 | unix.Minor(st.Dev)
+			// abort the connection.
 			os.WriteFile(fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", conn), []byte("1"), 0)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -44,6 +45,7 @@ func tempDir(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		abortUnder(dir)
 		detachUnder(dir)
 		os.RemoveAll(dir)
 	})
@@ -65,6 +67,25 @@ func detachUnder(dir string) {
 	}
 	for i := len(mps) - 1; i >= 0; i-- {
 		unix.Unmount(mps[i], unix.MNT_DETACH)
+	}
+}
+
+// abortUnder aborts the FUSE connections of the mounts at or below dir
+// (fusectl), which frees any process waiting on a dead server there.
+func abortUnder(dir string) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || (f[4] != dir && !strings.HasPrefix(f[4], dir+"/")) {
+			continue
+		}
+		var major, minor uint64
+		if _, err := fmt.Sscanf(f[2], "%d:%d", &major, &minor); err == nil {
+			os.WriteFile(fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", major<<20|minor), []byte("1"), 0)
+		}
 	}
 }
 

@@ -141,11 +141,20 @@ func (m *Manager) storeDir(base string) string {
 	return filepath.Join(m.cfg.Home, "ws", hex.EncodeToString(h[:8]))
 }
 
-// detachStale lazily unmounts a dead FUSE mount left by a killed daemon.
+// detachStale lazily unmounts the dead FUSE mounts a killed daemon left at
+// mp. It probes with statfs, which always asks the FUSE server (stat of the
+// root can be answered from the kernel's attribute cache after the server
+// died, and a new mount would then stack on the dead one).
 func detachStale(mp string) {
-	var st unix.Stat_t
-	if err := unix.Stat(mp, &st); errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.ECONNABORTED) {
-		unix.Unmount(mp, unix.MNT_DETACH)
+	for range 8 { // mounts stacked by earlier crashes, each dead
+		var st unix.Statfs_t
+		err := unix.Statfs(mp, &st)
+		if !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED) {
+			return
+		}
+		if unix.Unmount(mp, unix.MNT_DETACH) != nil {
+			return
+		}
 	}
 }
 
@@ -259,28 +268,79 @@ func (m *Manager) get(mp string) (*cowfs.FS, error) {
 	return f, nil
 }
 
-func abs(p string) (string, error) {
+func checkAbs(p string) error {
 	if p == "" {
-		return "", api.Errorf(api.ErrBadRequest, "empty path")
+		return api.Errorf(api.ErrBadRequest, "empty path")
 	}
-	if !filepath.IsAbs(p) {
-		return "", api.Errorf(api.ErrBadRequest, "path %q must be absolute", p)
+	if !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
+		return api.Errorf(api.ErrBadRequest, "path %q must be absolute", p)
 	}
-	if r, err := filepath.EvalSymlinks(p); err == nil {
-		return r, nil
+	return nil
+}
+
+// mountpoint resolves a mountpoint argument without ever stat-ing one of
+// our own mounts: a daemon blocked in a request to its own FUSE server
+// cannot be killed (the kernel waits uninterruptibly for an answer only its
+// own dead threads could give), and it costs a round trip per call. A known
+// mountpoint is taken as is; otherwise symlinks are resolved in the parent
+// directory only.
+func (m *Manager) mountpoint(p string) (string, error) {
+	if err := checkAbs(p); err != nil {
+		return "", err
 	}
-	return filepath.Clean(p), nil
+	c := filepath.Clean(p)
+	m.mu.Lock()
+	_, ok := m.mounts[c]
+	m.mu.Unlock()
+	if ok || c == "/" {
+		return c, nil
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(c)); err == nil {
+		return filepath.Join(dir, filepath.Base(c)), nil
+	}
+	return c, nil
+}
+
+// base resolves a base argument; a base inside one of our mounts is refused
+// (the store would read its layers through its own FUSE server).
+func (m *Manager) base(p string) (string, error) {
+	if err := checkAbs(p); err != nil {
+		return "", err
+	}
+	c := filepath.Clean(p)
+	if err := m.notInMount(c); err != nil {
+		return "", err
+	}
+	r, err := filepath.EvalSymlinks(c)
+	if err != nil {
+		return c, nil // the mount reports a missing base
+	}
+	if err := m.notInMount(r); err != nil {
+		return "", err
+	}
+	return r, nil
+}
+
+func (m *Manager) notInMount(p string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for mp := range m.mounts {
+		if p == mp || strings.HasPrefix(p, mp+"/") {
+			return api.Errorf(api.ErrBadRequest, "base %s is inside the arbor mount %s", p, mp)
+		}
+	}
+	return nil
 }
 
 // Do serves the ws_* ops.
 func (m *Manager) Do(ctx context.Context, req api.Request) (api.Response, error) {
 	switch req.Op {
 	case api.OpWsMount:
-		base, err := abs(req.Base)
+		base, err := m.base(req.Base)
 		if err != nil {
 			return api.Response{}, fmt.Errorf("mount: base: %w", err)
 		}
-		mp, err := abs(req.Mountpoint)
+		mp, err := m.mountpoint(req.Mountpoint)
 		if err != nil {
 			return api.Response{}, fmt.Errorf("mount: mountpoint: %w", err)
 		}
@@ -295,7 +355,7 @@ func (m *Manager) Do(ctx context.Context, req api.Request) (api.Response, error)
 		}
 		return api.Response{Status: "ws_mounted", Path: mp, Branch: f.Current()}, nil
 	case api.OpWsUnmount:
-		mp, err := abs(req.Mountpoint)
+		mp, err := m.mountpoint(req.Mountpoint)
 		if err != nil {
 			return api.Response{}, err
 		}
@@ -324,7 +384,7 @@ func (m *Manager) Do(ctx context.Context, req api.Request) (api.Response, error)
 		sort.Slice(resp.Mounts, func(i, j int) bool { return resp.Mounts[i].Mountpoint < resp.Mounts[j].Mountpoint })
 		return resp, nil
 	}
-	mp, err := abs(req.Mountpoint)
+	mp, err := m.mountpoint(req.Mountpoint)
 	if err != nil {
 		return api.Response{}, err
 	}
