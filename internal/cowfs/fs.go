@@ -459,6 +459,18 @@ func (f *FS) realOf(b *store.Branch, rel string) string {
 	return res.Real
 }
 
+// mergedLinks sets the link count of the directory rel of b (resolved as
+// res) when layers and the base merge into it: 2 plus its subdirectories
+// in the view, not the count of any one real directory.
+func (f *FS) mergedLinks(b *store.Branch, rel string, res store.Res, a *fuse.Attr) {
+	if res.Depth == 0 && rel != "" {
+		return // only the base holds it
+	}
+	if nl, merged, err := f.st.DirLinks(b, rel); err == nil && merged {
+		a.Nlink = nl
+	}
+}
+
 // attrOf fills the attributes of rel in b.
 func (f *FS) attrOf(b *store.Branch, rel string, out *fuse.AttrOut) syscall.Errno {
 	res, err := f.st.Resolve(b, rel)

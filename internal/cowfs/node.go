@@ -114,6 +114,9 @@ func (n *node) rel() string {
 	return n.Path(n.root)
 }
 
+// childRel is the path of name under n in its branch.
+func (n *node) childRel(name string) string { return join(n.rel(), name) }
+
 func (n *node) resolve() (*store.Branch, string, store.Res, syscall.Errno) {
 	b, err := n.branch()
 	if err != nil {
@@ -172,6 +175,9 @@ func (n *node) child(ctx context.Context, name string, res store.Res, st *unix.S
 	out.Attr.Ino = ino
 	if res.Nlink > out.Attr.Nlink {
 		out.Attr.Nlink = res.Nlink
+	}
+	if res.IsDir() {
+		n.fs.mergedLinks(b, n.childRel(name), res, &out.Attr)
 	}
 	if out.Attr.Nlink > 1 && !res.IsDir() {
 		// Another name of this inode may be copied up at any time, making
@@ -264,17 +270,8 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if out.Attr.Nlink > 1 && !res.IsDir() {
 		out.SetTimeout(time.Nanosecond)
 	}
-	if res.IsDir() && res.Depth > 0 {
-		// A directory merged from several layers: count its subdirectories.
-		if ents, err := n.fs.st.ReadDir(b, rel); err == nil {
-			nl := uint32(2)
-			for _, d := range ents {
-				if d.Mode == syscall.S_IFDIR {
-					nl++
-				}
-			}
-			out.Attr.Nlink = nl
-		}
+	if res.IsDir() {
+		n.fs.mergedLinks(b, rel, res, &out.Attr)
 	}
 	return 0
 }

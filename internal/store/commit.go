@@ -47,6 +47,7 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.dirsChanged()
 	c, err := s.branch(child)
 	if err != nil {
 		return CommitResult{}, fmt.Errorf("commit: %w", err)

@@ -351,6 +351,9 @@ func (s *Store) Create(b *Branch, rel string, dir bool, mk func(real string) err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if dir {
+		s.dirsChanged()
+	}
 	return s.create(b, rel, dir, mk)
 }
 
@@ -439,6 +442,9 @@ func (s *Store) Link(b *Branch, old, new string) error {
 func (s *Store) Remove(b *Branch, rel string, dir bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if dir {
+		s.dirsChanged()
+	}
 	return s.remove(b, rel, dir)
 }
 

@@ -15,6 +15,7 @@ func (s *Store) Rename(b *Branch, old, new string, flags uint32) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.dirsChanged()
 	if err := writableBranch(b); err != nil {
 		return err
 	}

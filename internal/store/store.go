@@ -42,6 +42,9 @@ type Store struct {
 	nlinks   int                // link copies in all layers (0: resolve skips the look-up)
 	nextID   uint64
 
+	dlMu     sync.Mutex       // guards dirLinks; taken with mu held
+	dirLinks map[dlKey]uint32 // link counts of merged directories (see DirLinks)
+
 	gc sync.WaitGroup // background reclaim of dropped layers
 }
 
@@ -340,6 +343,7 @@ func (s *Store) Fork(parent string, children ...string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.dirsChanged()
 	p, err := s.branch(parent)
 	if err != nil {
 		return fmt.Errorf("fork: %w", err)
@@ -505,6 +509,7 @@ func (s *Store) Abort(name string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.dirsChanged()
 	b, err := s.branch(name)
 	if err != nil {
 		return fmt.Errorf("abort: %w", err)
