@@ -161,13 +161,17 @@ func (d *draft) usage() api.Usage {
 
 func (d *draft) finish() *Plan {
 	p := d.plan
-	p.Put = make([]Node, 0, len(d.put)+len(d.evicted))
-	for _, id := range d.order {
-		if n, ok := d.put[id]; ok {
-			p.Put = append(p.Put, *n)
+	if len(d.put) == 0 {
+		p.Put = d.evicted // an eviction pass alone: no copy of thousands of nodes
+	} else {
+		p.Put = make([]Node, 0, len(d.put)+len(d.evicted))
+		for _, id := range d.order {
+			if n, ok := d.put[id]; ok {
+				p.Put = append(p.Put, *n)
+			}
 		}
+		p.Put = append(p.Put, d.evicted...)
 	}
-	p.Put = append(p.Put, d.evicted...)
 	for id := range d.del {
 		if _, ok := d.t.nodes[id]; ok {
 			p.Delete = append(p.Delete, id)
