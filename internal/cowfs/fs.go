@@ -44,7 +44,11 @@ type FS struct {
 	st          *store.Store
 	cfg         Config
 	passthrough bool
-	control     bool
+	// localFS: the base and the layers are on filesystems whose close(2)
+	// does nothing but close (no flush method: ext4, xfs, btrfs, tmpfs),
+	// so a FLUSH of a passthrough descriptor has nothing to do.
+	localFS bool
+	control bool
 	log         *slog.Logger
 	server      *fuse.Server
 	root        *node
@@ -100,7 +104,8 @@ func Mount(cfg Config) (*FS, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &FS{st: cfg.Store, cfg: cfg, passthrough: pt, control: !cfg.NoControl, log: log, current: cfg.Branch}
+	f := &FS{st: cfg.Store, cfg: cfg, passthrough: pt, control: !cfg.NoControl, log: log, current: cfg.Branch,
+		localFS: noFlushFS(cfg.Store.Base()) && noFlushFS(cfg.Store.Dir())}
 	f.root = &node{fs: f}
 	// Set before fs.Mount: the kernel's first requests can come while it returns.
 	f.root.root = &f.root.Inode
@@ -158,6 +163,33 @@ func fuseConn(mp string) (uint64, bool) {
 }
 
 func (f *FS) rootInode() *fs.Inode { return &f.root.Inode }
+
+// noFlushFS reports whether dir is on a filesystem without a flush method
+// (close of a descriptor on it cannot fail or write anything back).
+func noFlushFS(dir string) bool {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil {
+		return false
+	}
+	switch st.Type {
+	case unix.EXT4_SUPER_MAGIC, unix.XFS_SUPER_MAGIC, unix.BTRFS_SUPER_MAGIC, unix.TMPFS_MAGIC:
+		return true
+	}
+	return false
+}
+
+// openFlags are the FUSE open flags of h. The kernel sends a FLUSH at
+// every close(2) unless FOPEN_NOFLUSH: a read-only descriptor has nothing
+// to flush on any filesystem, nor has a passthrough one on a filesystem
+// without a flush method (the kernel keeps no pages of it for us). POSIX
+// locks are the kernel's own here (we implement no lock calls), so FLUSH
+// has no locks to drop either.
+func (f *FS) openFlags(h *handle) uint32 {
+	if !h.write || (h.passthrough && f.localFS) {
+		return fuse.FOPEN_NOFLUSH
+	}
+	return 0
+}
 
 // Passthrough reports whether opened files are served by FUSE passthrough.
 func (f *FS) Passthrough() bool { return f.passthrough }
@@ -448,15 +480,6 @@ func (f *FS) viewInode(ctx context.Context, parent *node, name string, out *fuse
 		out.SetAttrTimeout(time.Nanosecond)
 	}
 	return in, 0
-}
-
-// realOf is the real path of rel in b (after a create: in the head).
-func (f *FS) realOf(b *store.Branch, rel string) string {
-	res, err := f.st.Resolve(b, rel)
-	if err != nil {
-		return ""
-	}
-	return res.Real
 }
 
 // mergedLinks sets the link count of the directory rel of b (resolved as

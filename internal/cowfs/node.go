@@ -400,7 +400,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		n.fs.st.OpenWrite(real)
 	}
 	n.addHandle(h)
-	return h, 0, 0
+	return h, n.fs.openFlags(h), 0
 }
 
 // owner gives a new object the caller's uid and gid (the daemon runs as
@@ -408,6 +408,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 func owner(ctx context.Context, real string, parentReal string) {
 	c, ok := fuse.FromContext(ctx)
 	if !ok || os.Geteuid() != 0 {
+		return
+	}
+	if c.Uid == 0 && int(c.Gid) == os.Getegid() {
+		// The caller is who made it: the kernel gave it the same owner,
+		// and the parent's group if the parent is setgid, already.
 		return
 	}
 	gid := int(c.Gid)
@@ -455,9 +460,11 @@ func (n *node) make(ctx context.Context, name string, dir bool, mk func(real str
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	fd := -1
-	in, e := n.make(ctx, name, false, func(real string) error {
+	var real string
+	in, e := n.make(ctx, name, false, func(r string) error {
 		var err error
-		fd, err = unix.Open(real, int(flags)|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
+		fd, err = unix.Open(r, int(flags)|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
+		real = r
 		return err
 	}, out)
 	if e != 0 {
@@ -468,11 +475,10 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	c := in.Operations().(*node)
 	b, _ := c.branch()
-	real := c.fs.realOf(b, join(n.rel(), name))
 	h := &handle{fd: fd, n: c, br: b, real: real, write: true, passthrough: n.fs.passthrough && b.Quota == 0}
 	n.fs.st.OpenWrite(real)
 	c.addHandle(h)
-	return in, h, 0, 0
+	return in, h, n.fs.openFlags(h), 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {

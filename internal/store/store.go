@@ -160,6 +160,9 @@ func (s *Store) Close() error {
 // Base is the base directory.
 func (s *Store) Base() string { return s.base }
 
+// Dir is the directory of the store's own state (metadata and layers).
+func (s *Store) Dir() string { return s.dir }
+
 func (s *Store) load() error {
 	var recs []record
 	var mainGen uint64
