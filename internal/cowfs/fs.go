@@ -49,9 +49,9 @@ type FS struct {
 	// so a FLUSH of a passthrough descriptor has nothing to do.
 	localFS bool
 	control bool
-	log         *slog.Logger
-	server      *fuse.Server
-	root        *node
+	log     *slog.Logger
+	server  *fuse.Server
+	root    *node
 
 	mu      sync.Mutex // guards the fields below
 	current string
