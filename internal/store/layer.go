@@ -33,6 +33,9 @@ type layer struct {
 	paths map[string]struct{} // the paths it has index entries for
 	bytes int64               // bytes of regular files it holds, for quotas
 	made  bool                // its directory exists
+	// kept records the files moved or copied here at a fork because a
+	// writer held them open, with their signature then (see keepWriters).
+	kept map[string]fileSig
 	// links maps the inode number of a hard-linked lower file to the copy
 	// of it this layer holds, so that its other names find the same copy.
 	links map[uint64]linkCopy
@@ -243,4 +246,27 @@ func removeAll(p string) error {
 		err = os.RemoveAll(p)
 	}
 	return err
+}
+
+// fileSig identifies a file's content as far as its metadata tells.
+type fileSig struct {
+	ino          uint64
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func sigOf(p string) fileSig {
+	var st unix.Stat_t
+	if unix.Lstat(p, &st) != nil {
+		return fileSig{}
+	}
+	return fileSig{ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+}
+
+// keep records that rel was kept here for a writer, as live shows it now.
+func (l *layer) keep(rel, live string) {
+	if l.kept == nil {
+		l.kept = map[string]fileSig{}
+	}
+	l.kept[rel] = sigOf(live)
 }

@@ -169,49 +169,23 @@ func (s *Store) readDir(b *Branch, rel string, max int) ([]DirEntry, error) {
 	if res.Kind != kDir {
 		return nil, syscall.ENOTDIR
 	}
-	seen := map[string]bool{}
-	var out []DirEntry
-	add := func(real string, d int) error {
-		ents, err := readDirents(real)
-		if err != nil {
-			if os.IsNotExist(err) || errors.Is(err, syscall.ENOTDIR) {
-				return nil // a layer not made yet, or a base that has a file there now
-			}
-			return err
-		}
-		for _, e := range ents {
-			n := e.name
-			if d > 0 && strings.HasPrefix(n, whPrefix) {
-				if n != opqMarker {
-					seen[n[len(whPrefix):]] = true
-				}
-				continue
-			}
-			if seen[n] {
-				continue
-			}
-			seen[n] = true
-			de := DirEntry{Name: n, Mode: dtToMode(e.typ), Ino: e.ino}
-			if d > 0 {
-				if en, ok := s.get(layerAt(b, d), joinRel(rel, n)); ok && en.ino != 0 {
-					de.Ino = en.ino
-				}
-			}
-			out = append(out, de)
-		}
-		return nil
+	// The real directories that make it up, deepest first, down to the
+	// cut; the root is in every layer without an index entry (it has one
+	// only when opaque or preserved): walk from the top of the view for it.
+	type part struct {
+		real string
+		d    int
 	}
-	// Walk the layers that hold this directory, deepest first, down to the cut.
+	var parts []part
 	cut := 0
 	if res.Depth > 0 {
 		cut = res.cut
 	}
-	// The root is in every layer without an index entry (it has one only when
-	// opaque or preserved): walk from the top of the view for it.
 	top := res.Depth
 	if rel == "" {
 		top = max
 	}
+	opaque := false
 	for d := top; d >= 1 && d >= cut; d-- {
 		l := b.chain[d-1]
 		e, ok := s.get(l, rel)
@@ -224,20 +198,58 @@ func (s *Store) readDir(b *Branch, rel string, max int) ([]DirEntry, error) {
 		if e.kind != kDir {
 			break
 		}
-		if err := add(l.real(rel), d); err != nil {
-			return nil, err
-		}
+		parts = append(parts, part{l.real(rel), d})
 		if e.opaque {
-			return out, nil
+			opaque = true
+			break
 		}
 	}
-	if cut == 0 {
+	if cut == 0 && !opaque {
 		p := s.base
 		if rel != "" {
 			p += "/" + rel
 		}
-		if err := add(p, 0); err != nil {
+		parts = append(parts, part{p, 0})
+	}
+	// One real directory: nothing to merge, no names to hide (a whiteout
+	// there hides nothing below), so no set of the names seen.
+	var seen map[string]bool
+	if len(parts) > 1 {
+		seen = map[string]bool{}
+	}
+	var out []DirEntry
+	for _, pt := range parts {
+		ents, err := readDirents(pt.real)
+		if err != nil {
+			if os.IsNotExist(err) || errors.Is(err, syscall.ENOTDIR) {
+				continue // a layer not made yet, or a base that has a file there now
+			}
 			return nil, err
+		}
+		if out == nil {
+			out = make([]DirEntry, 0, len(ents))
+		}
+		for _, e := range ents {
+			n := e.name
+			if pt.d > 0 && strings.HasPrefix(n, whPrefix) {
+				if n != opqMarker && seen != nil {
+					seen[n[len(whPrefix):]] = true
+				}
+				continue
+			}
+			if seen != nil {
+				if seen[n] {
+					continue
+				}
+				seen[n] = true
+			}
+			de := DirEntry{Name: n, Mode: dtToMode(e.typ), Ino: e.ino}
+			if pt.d > 0 {
+				if en, ok := s.get(layerAt(b, pt.d), joinRel(rel, n)); ok && en.ino != 0 {
+					de.Ino = en.ino
+				}
+			}
+			out = append(out, de)
 		}
 	}
 	return out, nil

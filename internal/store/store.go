@@ -399,7 +399,7 @@ func (s *Store) Fork(parent string, children ...string) error {
 	for _, b := range made {
 		s.branches[b.Name] = b
 	}
-	s.keepWriters(p, oldChain)
+	s.keepWriters(p, oldChain, snap)
 	return nil
 }
 
@@ -407,15 +407,25 @@ func (s *Store) Fork(parent string, children ...string) error {
 // writing must not write into what the children now see. In main the file is
 // preserved into the snapshot by copy; in a frozen head the inode moves up to
 // p's new head (the descriptor follows it) and the frozen layer gets a copy.
-func (s *Store) keepWriters(p *Branch, oldChain []*layer) {
+//
+// Each file so kept is remembered with its signature: if it is still
+// unchanged when a child commits, the parent did not change (a descriptor
+// whose close(2) had returned but whose FUSE release had not yet arrived is
+// such a writer, and must not make the fork's commit stale).
+func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) {
 	if len(s.writers) == 0 {
 		return
 	}
 	if p.Name == Main {
 		for real := range s.writers {
 			if rel, ok := relTo(s.base, real); ok {
+				_, had := s.get(snap, rel)
 				if err := s.preserve(rel, false); err != nil {
 					s.log.Warn("fork: preserve open file", "path", rel, "err", err)
+					continue
+				}
+				if !had {
+					snap.keep(rel, real)
 				}
 			}
 		}
@@ -452,6 +462,7 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer) {
 		setIno(dst, ino)
 		s.put(frozen, rel, kFile, false, ino)
 		s.put(head, rel, kFile, false, ino)
+		head.keep(rel, dst)
 		s.writers[dst] += s.writers[real]
 		delete(s.writers, real)
 	}
@@ -473,10 +484,45 @@ func (s *Store) changedSince(p, child *Branch) bool {
 		return true
 	}
 	if p.Name == Main {
-		return child.snap != nil && !child.snap.empty()
+		return child.snap != nil && !s.onlyKept(child.snap, func(rel string) string { return s.base + "/" + rel })
 	}
 	h := p.head()
-	return h.id != child.forkHead || !h.empty()
+	return h.id != child.forkHead || !s.onlyKept(h, h.real)
+}
+
+// onlyKept reports whether layer l holds nothing but files kept for their
+// writers at a fork (and their parent directories), each still unchanged at
+// live(rel): the branch it belongs to has not changed.
+func (s *Store) onlyKept(l *layer, live func(rel string) string) bool {
+	if l.empty() {
+		return true
+	}
+	if len(l.kept) == 0 {
+		return false
+	}
+	for p := range l.paths {
+		if sig, ok := l.kept[p]; ok {
+			if sigOf(live(p)) != sig {
+				return false
+			}
+			continue
+		}
+		e, _ := s.get(l, p)
+		if e.kind != kDir {
+			return false
+		}
+		parent := false
+		for k := range l.kept {
+			if p == "" || strings.HasPrefix(k, p+"/") {
+				parent = true
+				break
+			}
+		}
+		if !parent {
+			return false
+		}
+	}
+	return true
 }
 
 // descendants returns every branch under b, b excluded. A parent is always

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/arbor-dev/arbor/api"
 
@@ -49,35 +48,23 @@ func newManager(t *testing.T) *workspace.Manager {
 }
 
 // TestTreeFilesConformance runs the engine's Files suite against the real
-// files layer: a store mounted by cowfs. Each Fork first lets the kernel's
-// asynchronous FUSE RELEASEs of just-closed files arrive (settled): see
-// TestForkRightAfterClose for the bug that works around.
+// files layer: a store mounted by cowfs.
 func TestTreeFilesConformance(t *testing.T) {
 	needFUSE(t)
 	m := newManager(t)
 	filestest.Run(t, func(ctx context.Context, dir, base string) (engine.Files, error) {
-		f, err := m.OpenTreeFiles(ctx, dir, base)
-		if err != nil {
-			return nil, err
-		}
-		return settled{f}, nil
+		return m.OpenTreeFiles(ctx, dir, base)
 	})
 }
 
-type settled struct{ *workspace.TreeFiles }
-
-func (s settled) Fork(ctx context.Context, parent string, children []string) error {
-	time.Sleep(20 * time.Millisecond)
-	return s.TreeFiles.Fork(ctx, parent, children)
-}
-
-// TestForkRightAfterClose reproduces a known bug: a file written and closed
+// TestForkRightAfterClose: a file written and closed
 // in a child that is committed into its parent, then a fork of the parent
 // right away, and the new child's commit fails as stale ("parent changed
 // since the fork"). close(2) returns before the kernel's FUSE RELEASE reaches
 // cowfs, so the store still counts the descriptor as an open writer at the
 // fork and moves the file into the parent's new head (store.keepWriters).
-// It skips when it hits the bug unless ARBOR_TEST_KNOWN_BUGS is set.
+// The store remembers what it kept for such a writer and does not count it as
+// a change while the file is unchanged.
 func TestForkRightAfterClose(t *testing.T) {
 	needFUSE(t)
 	m := newManager(t)
@@ -130,10 +117,6 @@ func TestForkRightAfterClose(t *testing.T) {
 		}
 	}
 	if hits > 0 {
-		msg := fmt.Sprintf("known bug: %d of %d commits of children forked right after a close were spuriously stale (async FUSE RELEASE vs store.keepWriters)", hits, 2*rounds)
-		if os.Getenv("ARBOR_TEST_KNOWN_BUGS") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		t.Fatalf("%d of %d commits of children forked right after a close were spuriously stale (async FUSE RELEASE vs store.keepWriters)", hits, 2*rounds)
 	}
 }
