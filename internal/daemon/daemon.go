@@ -149,7 +149,7 @@ func compose(home string, passthrough *bool, log *slog.Logger) (r *router, close
 		return nil, nil, err
 	}
 	eng, err := engine.New(engine.Config{
-		Home: filepath.Join(home, "trees"),
+		Home: home, // trees.db and trees/<id>/ beside the workspaces' state
 		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
 			return ws.OpenTreeFiles(ctx, dir, base)
 		},
