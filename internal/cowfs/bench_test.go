@@ -77,33 +77,6 @@ func ctlIoctl(b *testing.B, ctl string, cmd uintptr, out []byte) time.Duration {
 	return d
 }
 
-// waitReleased waits until the daemon has seen the RELEASE of the last
-// descriptor on /@branch/file. The kernel sends RELEASE after close(2)
-// returns, asynchronously; a file still open for writing when its branch's
-// parent forks again is moved into the parent's new head (see
-// store.keepWriters), which makes the next child's commit lose the
-// first-commit-wins check.
-func waitReleased(b *testing.B, f *FS, branch, file string) {
-	b.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		v := f.rootInode().GetChild("@" + branch)
-		var c *node
-		if v != nil {
-			if in := v.GetChild(file); in != nil {
-				c, _ = in.Operations().(*node)
-			}
-		}
-		if c == nil || c.anyHandle() == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("/@%s/%s: no RELEASE within 2 s of close", branch, file)
-		}
-		time.Sleep(20 * time.Microsecond)
-	}
-}
-
 // latencies collects one duration per timed operation and reports their
 // median (and 90th percentile) as custom metrics.
 type latencies []time.Duration
@@ -196,7 +169,6 @@ func BenchmarkIoctl(b *testing.B) {
 		if err := os.WriteFile(filepath.Join(view, file), kb, 0o644); err != nil {
 			b.Fatal(err)
 		}
-		waitReleased(b, f, name, file)
 		return name, filepath.Join(view, ctlName)
 	}
 	b.Run("commit-1KB-main", func(b *testing.B) {
@@ -263,5 +235,108 @@ func BenchmarkIoctl(b *testing.B) {
 			b.StartTimer()
 		}
 		lat.report(b)
+	})
+}
+
+// BenchmarkMeta times metadata calls through a branch at depth 1 over a
+// base directory of 10,000 files, one op per iteration, for profiling the
+// daemon side (the full comparison with native is `arbor bench fs`):
+//
+//   - lookup: lstat of a base file the kernel has not seen yet;
+//   - stat: lstat of a file the kernel has cached;
+//   - create: open O_CREAT|O_EXCL + write 1 KiB + close in a new directory;
+//   - open-read: open + read 1 KiB + close of a base file;
+//   - readdir: open + readdirnames + close of the 10,000-entry directory.
+func BenchmarkMeta(b *testing.B) {
+	const files = 10000
+	setup := func(b *testing.B) (*FS, string) {
+		f, mnt := benchMount(b, 0)
+		base := f.Store().Base()
+		if err := os.Mkdir(filepath.Join(base, "files"), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		data := []byte(strings.Repeat("x", 1024))
+		for i := range files {
+			if err := os.WriteFile(filepath.Join(base, "files", fmt.Sprintf("f%06d", i)), data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(mnt, ctlName), []byte("create:b1"), 0); err != nil {
+			b.Fatal(err)
+		}
+		return f, mnt
+	}
+	b.Run("lookup", func(b *testing.B) {
+		_, mnt := setup(b)
+		var st unix.Stat_t
+		i := 0
+		for b.Loop() {
+			if i == files {
+				b.Fatal("out of unseen files; run with -benchtime at most 10000x")
+			}
+			if err := unix.Lstat(filepath.Join(mnt, "files", fmt.Sprintf("f%06d", i)), &st); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("stat", func(b *testing.B) {
+		_, mnt := setup(b)
+		p := filepath.Join(mnt, "files", "f000001")
+		var st unix.Stat_t
+		for b.Loop() {
+			if err := unix.Lstat(p, &st); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("create", func(b *testing.B) {
+		_, mnt := setup(b)
+		dir := filepath.Join(mnt, "new")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		data := []byte(strings.Repeat("y", 1024))
+		i := 0
+		for b.Loop() {
+			fd, err := unix.Open(filepath.Join(dir, fmt.Sprintf("n%d", i)), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := unix.Write(fd, data); err != nil {
+				b.Fatal(err)
+			}
+			unix.Close(fd)
+			i++
+		}
+	})
+	b.Run("open-read", func(b *testing.B) {
+		_, mnt := setup(b)
+		p := filepath.Join(mnt, "files", "f000002")
+		buf := make([]byte, 2048)
+		for b.Loop() {
+			fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n, err := unix.Read(fd, buf); err != nil || n != 1024 {
+				b.Fatalf("read: %d %v", n, err)
+			}
+			unix.Close(fd)
+		}
+	})
+	b.Run("readdir", func(b *testing.B) {
+		_, mnt := setup(b)
+		for b.Loop() {
+			d, err := os.Open(filepath.Join(mnt, "files"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			names, err := d.Readdirnames(-1)
+			d.Close()
+			if err != nil || len(names) != files {
+				b.Fatalf("readdir: %d names, %v", len(names), err)
+			}
+		}
 	})
 }
