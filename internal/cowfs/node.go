@@ -118,6 +118,11 @@ func (n *node) rel() string {
 func (n *node) childRel(name string) string { return join(n.rel(), name) }
 
 func (n *node) resolve() (*store.Branch, string, store.Res, syscall.Errno) {
+	return n.resolveStat(nil)
+}
+
+// resolveStat is resolve that also lstats the result into st, if not nil.
+func (n *node) resolveStat(st *unix.Stat_t) (*store.Branch, string, store.Res, syscall.Errno) {
 	b, err := n.branch()
 	if err != nil {
 		return nil, "", store.Res{}, errno(err)
@@ -126,7 +131,12 @@ func (n *node) resolve() (*store.Branch, string, store.Res, syscall.Errno) {
 	if strings.HasPrefix(rel, ".go-fuse") || strings.Contains(rel, "/.go-fuse.") {
 		return nil, "", store.Res{}, syscall.ENOENT // orphaned by a switch or a commit
 	}
-	res, err := n.fs.st.Resolve(b, rel)
+	var res store.Res
+	if st != nil {
+		res, err = n.fs.st.ResolveStat(b, rel, st)
+	} else {
+		res, err = n.fs.st.Resolve(b, rel)
+	}
 	if err != nil {
 		return nil, "", store.Res{}, errno(err)
 	}
@@ -232,12 +242,9 @@ func (n *node) lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return nil, errno(err)
 	}
 	rel := join(n.rel(), name)
-	res, err := n.fs.st.Resolve(b, rel)
-	if err != nil {
-		return nil, errno(err)
-	}
 	var st unix.Stat_t
-	if err := unix.Lstat(res.Real, &st); err != nil {
+	res, err := n.fs.st.ResolveStat(b, rel, &st)
+	if err != nil {
 		return nil, errno(err)
 	}
 	return n.child(ctx, name, res, &st, out), 0
@@ -249,16 +256,13 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	}
 	// A descriptor on a lower copy is not asked: the path may have been
 	// copied up since, and the kernel would take the old size for the new.
-	b, rel, res, e := n.resolve()
+	var st unix.Stat_t
+	b, rel, res, e := n.resolveStat(&st)
 	if e != 0 {
 		if h := n.anyHandle(); h != nil && e == syscall.ENOENT {
 			return h.Getattr(ctx, out)
 		}
 		return e
-	}
-	var st unix.Stat_t
-	if err := unix.Lstat(res.Real, &st); err != nil {
-		return errno(err)
 	}
 	n.fill(&out.Attr, &st)
 	if res.Ino != 0 {

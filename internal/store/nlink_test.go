@@ -3,6 +3,8 @@ package store
 import (
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestDirLinks: a merged directory's link count is 2 plus its
@@ -66,5 +68,33 @@ func TestDirLinks(t *testing.T) {
 	}
 	if dirs+2 != 4 {
 		t.Fatalf("listing has %d subdirectories: %v", dirs, ents)
+	}
+}
+
+// TestResolveStat: ResolveStat's stat is the lstat of Res.Real, whether
+// the path comes from the base (where resolving lstats it already), a
+// layer, or is the root.
+func TestResolveStat(t *testing.T) {
+	f := newFixture(t, map[string]string{"d/base": "base", "d/changed": "old"})
+	f.fork(Main, "b")
+	b := f.br("b")
+	f.write(b, "d/changed", "new data")
+	f.write(b, "d/new", "n")
+	for _, rel := range []string{"", "d", "d/base", "d/changed", "d/new"} {
+		var st, want unix.Stat_t
+		res, err := f.s.ResolveStat(b, rel, &st)
+		if err != nil {
+			t.Fatalf("%q: %v", rel, err)
+		}
+		if err := unix.Lstat(res.Real, &want); err != nil {
+			t.Fatal(err)
+		}
+		if st.Ino != want.Ino || st.Size != want.Size || st.Mode != want.Mode {
+			t.Errorf("%q: stat ino %d size %d mode %o, lstat of %s: ino %d size %d mode %o", rel, st.Ino, st.Size, st.Mode, res.Real, want.Ino, want.Size, want.Mode)
+		}
+	}
+	var st unix.Stat_t
+	if _, err := f.s.ResolveStat(b, "d/missing", &st); err != syscall.ENOENT {
+		t.Fatalf("missing: %v", err)
 	}
 }

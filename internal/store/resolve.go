@@ -63,17 +63,25 @@ func (s *Store) top(b *Branch, rel string, cut, max int) (best entry, found bool
 // resolve finds rel in b's view, looking only at layers up to depth max
 // (len(b.chain) for the whole view). The caller holds s.mu.
 func (s *Store) resolve(b *Branch, rel string, max int) (Res, error) {
+	res, _, err := s.resolveStat(b, rel, max, nil)
+	return res, err
+}
+
+// resolveStat is resolve that, when it lstats the path it returns (a path
+// of the base), leaves that in st (if not nil) and reports it.
+func (s *Store) resolveStat(b *Branch, rel string, max int, out *unix.Stat_t) (Res, bool, error) {
 	if b.stale || b.gone {
-		return Res{}, syscall.ESTALE
+		return Res{}, false, syscall.ESTALE
 	}
 	res := Res{Real: s.base, Kind: kDir}
 	if best, ok, cut := s.top(b, "", 0, max); ok {
 		res = Res{Real: best.l.dir, Depth: best.l.depth, Kind: kDir, cut: cut}
 	}
 	if rel == "" {
-		return res, nil
+		return res, false, nil
 	}
 	cut := res.cut
+	statted := false
 	for i := 0; ; {
 		j := strings.IndexByte(rel[i:], '/')
 		p := rel
@@ -83,7 +91,7 @@ func (s *Store) resolve(b *Branch, rel string, max int) (Res, error) {
 		best, ok, childCut := s.top(b, p, cut, max)
 		switch {
 		case ok && best.kind == kWhiteout:
-			return Res{}, syscall.ENOENT
+			return Res{}, false, syscall.ENOENT
 		case ok:
 			res = Res{Real: best.l.real(p), Depth: best.l.depth, Kind: best.kind, Ino: best.ino, cut: childCut}
 			if s.nlinks > 0 && best.kind == kFile && j < 0 {
@@ -100,7 +108,7 @@ func (s *Store) resolve(b *Branch, rel string, max int) (Res, error) {
 			var st unix.Stat_t
 			real := s.base + "/" + p
 			if err := unix.Lstat(real, &st); err != nil {
-				return Res{}, err
+				return Res{}, false, err
 			}
 			k := kFile
 			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
@@ -110,15 +118,19 @@ func (s *Store) resolve(b *Branch, rel string, max int) (Res, error) {
 			if s.nlinks > 0 && st.Nlink > 1 && k == kFile {
 				res = s.linkRedirect(b, res, &st)
 			}
+			if j < 0 && out != nil && res.Real == real {
+				*out = st
+				statted = true
+			}
 		default:
-			return Res{}, syscall.ENOENT
+			return Res{}, false, syscall.ENOENT
 		}
 		if j < 0 {
 			res.Lower = len(b.chain) > 0 && res.Depth < len(b.chain)
-			return res, nil
+			return res, statted, nil
 		}
 		if res.Kind != kDir {
-			return Res{}, syscall.ENOTDIR
+			return Res{}, false, syscall.ENOTDIR
 		}
 		cut = res.cut
 		i += j + 1
@@ -145,6 +157,18 @@ func (s *Store) Resolve(b *Branch, rel string) (Res, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.resolve(b, rel, len(b.chain))
+}
+
+// ResolveStat is Resolve followed by an lstat of Res.Real into st, without
+// a second lstat where resolving made one already.
+func (s *Store) ResolveStat(b *Branch, rel string, st *unix.Stat_t) (Res, error) {
+	s.mu.RLock()
+	res, ok, err := s.resolveStat(b, rel, len(b.chain), st)
+	s.mu.RUnlock()
+	if err != nil || ok {
+		return res, err
+	}
+	return res, unix.Lstat(res.Real, st)
 }
 
 // DirEntry is one name in a merged directory listing.
