@@ -103,7 +103,8 @@ func (l latencies) report(b *testing.B) {
 //   - commit-1KB-main: COMMIT of a branch holding one new 1 KB file
 //     (written through the mount) into main: durable, as the ioctl is.
 //   - commit-1KB-branch: the same into a branch parent.
-//   - abort-1KB: ABORT of such a branch.
+//   - abort-1KB: ABORT of such a branch;
+//   - roundtrip: an ioctl the control file does not know, the floor.
 func BenchmarkIoctl(b *testing.B) {
 	sizes := []int{100, 10000, 100000}
 	if testing.Short() {
@@ -215,6 +216,26 @@ func BenchmarkIoctl(b *testing.B) {
 		b.StopTimer()
 		if _, err := os.Stat(filepath.Join(mnt, "@"+parent, fmt.Sprintf("new%d", i))); err != nil {
 			b.Fatalf("the commit did not reach the parent: %v", err)
+		}
+		lat.report(b)
+	})
+	b.Run("roundtrip", func(b *testing.B) {
+		// The floor under every figure above: an ioctl the control file
+		// does not know (ENOTTY) goes to the daemon and back.
+		_, mnt := benchMount(b, 100)
+		fd, err := unix.Open(filepath.Join(mnt, ctlName), unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer unix.Close(fd)
+		var lat latencies
+		for b.Loop() {
+			t0 := time.Now()
+			_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), 0x6203, 0)
+			lat = append(lat, time.Since(t0))
+			if e != unix.ENOTTY {
+				b.Fatalf("ioctl 0x6203: %v, want ENOTTY", e)
+			}
 		}
 		lat.report(b)
 	})
