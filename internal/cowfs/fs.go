@@ -510,3 +510,11 @@ func (f *FS) attrOf(b *store.Branch, rel string, out *fuse.AttrOut) syscall.Errn
 	}
 	return 0
 }
+
+// abandon closes a descriptor that will not become a handle.
+func (f *FS) abandon(fd int, real string, write bool) {
+	unix.Close(fd)
+	if write {
+		f.st.CloseWrite(real)
+	}
+}

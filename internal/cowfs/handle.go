@@ -50,7 +50,7 @@ func (h *handle) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadResu
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	h.n.fs.served.writes.Add(1)
-	if h.br.Quota > 0 {
+	if h.n.fs.st.QuotaOf(h.br) > 0 {
 		var st unix.Stat_t
 		if err := unix.Fstat(h.fd, &st); err != nil {
 			return 0, fs.ToErrno(err)
@@ -107,7 +107,7 @@ func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 
 func (h *handle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if sz, ok := in.GetSize(); ok {
-		if h.br.Quota > 0 {
+		if h.n.fs.st.QuotaOf(h.br) > 0 {
 			var st unix.Stat_t
 			if err := unix.Fstat(h.fd, &st); err == nil && int64(sz) > st.Size {
 				if err := h.n.fs.st.Grow(h.br, int64(sz)-st.Size); err != nil {
@@ -126,7 +126,7 @@ func (h *handle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.Attr
 }
 
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
-	if h.br.Quota > 0 && mode&unix.FALLOC_FL_KEEP_SIZE == 0 && mode&unix.FALLOC_FL_PUNCH_HOLE == 0 {
+	if h.n.fs.st.QuotaOf(h.br) > 0 && mode&unix.FALLOC_FL_KEEP_SIZE == 0 && mode&unix.FALLOC_FL_PUNCH_HOLE == 0 {
 		var st unix.Stat_t
 		if err := unix.Fstat(h.fd, &st); err == nil {
 			if grow := int64(off+size) - st.Size; grow > 0 {

@@ -28,6 +28,7 @@ type node struct {
 
 	mu        sync.Mutex           // guards the fields below
 	lowerOpen int                  // descriptors open on a lower copy of this inode
+	realIno   uint64               // for a regular file, the real file its descriptors are open on
 	handles   map[*handle]struct{} // open descriptors, for calls on an unlinked file
 	gone      bool                 // unlinked from this view
 }
@@ -179,7 +180,7 @@ func (n *node) child(ctx context.Context, name string, res store.Res, st *unix.S
 	}
 	b, _ := n.branch()
 	gen := viewGen(b, n.at, st, res)
-	c := &node{fs: n.fs, br: b, root: n.root, at: n.at}
+	c := &node{fs: n.fs, br: b, root: n.root, at: n.at, realIno: st.Ino}
 	in := n.NewInode(ctx, c, fs.StableAttr{Mode: st.Mode & unix.S_IFMT, Ino: ino, Gen: gen})
 	out.Attr.FromStat(sysStat(st))
 	out.Attr.Ino = ino
@@ -199,18 +200,19 @@ func (n *node) child(ctx context.Context, name string, res store.Res, st *unix.S
 }
 
 // viewGen is the go-fuse generation of a node: its view (the branch, and
-// whether through /@NAME), and for a regular file whether the branch's own
-// copy is meant. A copy-up thus makes a new kernel inode for the path (with
-// the same st_ino): the kernel keeps one passthrough backing file per inode,
-// and the old inode may still have descriptors open on the lower copy.
+// whether through /@NAME), and for a regular file the real file that backs
+// it. When what a path resolves to changes (a copy-up; main's old content
+// moved into a snapshot), a new lookup gives a new kernel inode with the
+// same st_ino: the kernel keeps one passthrough backing file per inode, and
+// the old inode may still have descriptors open on the old file.
 func viewGen(b *store.Branch, at bool, st *unix.Stat_t, res store.Res) uint64 {
 	gen := b.ID * 2
 	if at {
 		gen++
 	}
-	gen <<= 1
-	if st.Mode&unix.S_IFMT == unix.S_IFREG && !res.Lower && b.Name != store.Main {
-		gen |= 1
+	gen <<= 40
+	if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		gen |= st.Ino & (1<<40 - 1)
 	}
 	return gen
 }
@@ -362,13 +364,6 @@ func setattrPath(ctx context.Context, real string, in *fuse.SetAttrIn, nofollow 
 	return 0
 }
 
-// hasLower reports whether a descriptor is open on a lower copy of this inode.
-func (n *node) hasLower() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.lowerOpen > 0
-}
-
 const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -378,31 +373,30 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	flags &^= syscall.O_CREAT | syscall.O_EXCL
 	write := flags&writeFlags != 0
-	real := res.Real
-	lower := false
-	if write {
-		var err error
-		if real, err = n.fs.st.CopyUp(b, rel); err != nil {
-			return nil, 0, errno(err)
-		}
-		if res.Lower && n.fs.passthrough && n.hasLower() {
-			// This inode's backing file is the lower copy, open elsewhere.
-			// ESTALE makes the kernel look the path up again (LOOKUP_REVAL)
-			// and retry the open once, on the new inode of the copy.
-			return nil, 0, syscall.ESTALE
-		}
-	} else if res.Lower {
-		lower = true
-	}
-	fd, err := unix.Open(real, int(flags)|unix.O_CLOEXEC, 0)
+	fd, real, err := n.fs.st.OpenFile(b, rel, int(flags), 0, false)
 	if err != nil {
 		return nil, 0, errno(err)
 	}
-	h := &handle{fd: fd, n: n, br: b, real: real, write: write, lower: lower,
-		passthrough: n.fs.passthrough && b.Quota == 0}
-	if write {
-		n.fs.st.OpenWrite(real)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		n.fs.abandon(fd, real, write)
+		return nil, 0, errno(err)
 	}
+	h := &handle{fd: fd, n: n, br: b, real: real, write: write, lower: res.Lower && !write,
+		passthrough: n.fs.passthrough && n.fs.st.QuotaOf(b) == 0}
+	n.mu.Lock()
+	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino != n.realIno {
+		if len(n.handles) > 0 {
+			// This kernel inode's backing file is the old real file, still
+			// open. ESTALE makes the kernel look the path up again
+			// (LOOKUP_REVAL) and retry the open once, on the new inode.
+			n.mu.Unlock()
+			n.fs.abandon(fd, real, write)
+			return nil, 0, syscall.ESTALE
+		}
+		n.realIno = st.Ino // nothing is open: this inode takes the new file
+	}
+	n.mu.Unlock()
 	n.addHandle(h)
 	return h, n.fs.openFlags(h), 0
 }
@@ -463,24 +457,33 @@ func (n *node) make(ctx context.Context, name string, dir bool, mk func(real str
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	fd := -1
-	var real string
-	in, e := n.make(ctx, name, false, func(r string) error {
-		var err error
-		fd, err = unix.Open(r, int(flags)|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
-		real = r
-		return err
-	}, out)
-	if e != 0 {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-		return nil, nil, 0, e
+	if &n.Inode == n.root && (name == ctlName || strings.HasPrefix(name, "@")) {
+		return nil, nil, 0, syscall.EPERM
 	}
+	b, err := n.branch()
+	if err != nil {
+		return nil, nil, 0, errno(err)
+	}
+	rel := n.childRel(name)
+	fd, real, err := n.fs.st.OpenFile(b, rel, int(flags), mode, true)
+	if err != nil {
+		return nil, nil, 0, errno(err)
+	}
+	write := int(flags)&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0
+	owner(ctx, real, real[:strings.LastIndexByte(real, '/')])
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		n.fs.abandon(fd, real, write)
+		return nil, nil, 0, errno(err)
+	}
+	res, err := n.fs.st.Resolve(b, rel)
+	if err != nil {
+		n.fs.abandon(fd, real, write)
+		return nil, nil, 0, errno(err)
+	}
+	in := n.child(ctx, name, res, &st, out)
 	c := in.Operations().(*node)
-	b, _ := c.branch()
-	h := &handle{fd: fd, n: c, br: b, real: real, write: true, passthrough: n.fs.passthrough && b.Quota == 0}
-	n.fs.st.OpenWrite(real)
+	h := &handle{fd: fd, n: c, br: b, real: real, write: write, passthrough: n.fs.passthrough && n.fs.st.QuotaOf(b) == 0}
 	c.addHandle(h)
 	return in, h, n.fs.openFlags(h), 0
 }

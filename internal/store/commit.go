@@ -230,7 +230,16 @@ func (s *Store) plan(c *Branch) ([]op, error) {
 				}
 			}
 		default:
-			ops = append(ops, op{Kind: "replace", Path: p, Src: res.Real})
+			kind := "replace"
+			if res.Nlink > 1 && res.Ino != 0 {
+				// The copy of a hard-linked base file: write it into the
+				// base's inode, so that all of the base's names see it.
+				var bst unix.Stat_t
+				if unix.Lstat(s.base+"/"+p, &bst) == nil && bst.Ino == res.Ino && bst.Mode&unix.S_IFMT == unix.S_IFREG {
+					kind = "inplace"
+				}
+			}
+			ops = append(ops, op{Kind: kind, Path: p, Src: res.Real})
 			done[p] = true
 		}
 	}
@@ -295,10 +304,25 @@ func (s *Store) apply(ops []op, durable bool) error {
 					return err
 				}
 			}
+			s.moveWriters(o.Src, dst, false) // a descriptor still open on it writes the base now
 			if durable && st.Mode&unix.S_IFMT == unix.S_IFREG {
 				if err := fsyncPath(dst); err != nil {
 					return err
 				}
+			}
+		case "inplace":
+			var st unix.Stat_t
+			if err := unix.Lstat(o.Src, &st); err != nil {
+				if os.IsNotExist(err) {
+					continue // written and removed already
+				}
+				return err
+			}
+			if err := copyInto(o.Src, dst, &st, durable); err != nil {
+				return err
+			}
+			if err := os.Remove(o.Src); err != nil && !os.IsNotExist(err) {
+				return err
 			}
 		}
 		d, _ := splitRel(o.Path)
@@ -364,3 +388,28 @@ func crashPoint(name string) {
 }
 
 var crashAt = os.Getenv("ARBOR_STORE_CRASH")
+
+// copyInto writes src's data and metadata into the existing file dst, in
+// place (dst keeps its inode, so every name of it sees the change).
+func copyInto(src, dst string, st *unix.Stat_t, durable bool) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	err = copyExtents(int(in.Fd()), int(out.Fd()))
+	if err == nil && durable {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return copyMeta(src, dst, st)
+}

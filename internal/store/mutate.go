@@ -499,3 +499,58 @@ func (s *Store) remove(b *Branch, rel string, dir bool) error {
 	}
 	return nil
 }
+
+// QuotaOf is the branch's storage limit (0: none).
+func (s *Store) QuotaOf(b *Branch) int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return b.Quota
+}
+
+// OpenFile opens rel in b with open(2)'s flags, copying it up first when
+// the flags write, and counts a writing descriptor (see OpenWrite) in the
+// same critical section, so that no fork can come between the copy-up and
+// the count. With create, rel must not exist and is made with mode. It
+// returns the descriptor and the real path it is open on.
+func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create bool) (int, string, error) {
+	write := flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fd := -1
+	var real string
+	if create {
+		if err := checkName(rel); err != nil {
+			return -1, "", err
+		}
+		err := s.create(b, rel, false, func(r string) error {
+			var err error
+			fd, err = unix.Open(r, flags|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
+			real = r
+			return err
+		})
+		if err != nil {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			return -1, "", err
+		}
+	} else {
+		res, err := s.resolve(b, rel, len(b.chain))
+		if err != nil {
+			return -1, "", err
+		}
+		real = res.Real
+		if write {
+			if real, err = s.copyUp(b, rel); err != nil {
+				return -1, "", err
+			}
+		}
+		if fd, err = unix.Open(real, flags&^(unix.O_CREAT|unix.O_EXCL)|unix.O_CLOEXEC, 0); err != nil {
+			return -1, "", err
+		}
+	}
+	if write {
+		s.writers[real]++
+	}
+	return fd, real, nil
+}
