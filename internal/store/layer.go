@@ -11,8 +11,8 @@ import (
 )
 
 const (
-	whPrefix  = ".wh."
-	opqMarker = ".wh..wh..opq"
+	whPrefix   = ".wh."
+	opqMarker  = ".wh..wh..opq"
 	inoXattr   = "user.arbor.ino"   // the inode number a copied-up file keeps reporting
 	nlinkXattr = "user.arbor.nlink" // the link count of a hard-linked file it was copied from
 )
