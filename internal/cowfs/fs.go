@@ -2,6 +2,7 @@ package cowfs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -34,7 +35,7 @@ type Config struct {
 	// mount (so that a daemon can keep its other mounts of the same store in
 	// step). Each may be nil.
 	OnCommit func(res store.CommitResult, child string)
-	OnAbort  func(dropped []string)
+	OnAbort  func(dropped []string, parent string)
 	Logger   *slog.Logger
 	Debug    bool
 }
@@ -259,15 +260,24 @@ func (f *FS) setCurrent(name string) {
 	}
 }
 
-// Create forks parent (the current branch if empty) into name and, if the
-// parent is what the root shows, switches the root to it.
-func (f *FS) Create(name, parent string) error {
+// Create forks parent (the current branch if empty) into name, with a
+// storage quota if quota > 0, and, if the parent is what the root shows,
+// switches the root to it (after the quota is in force).
+func (f *FS) Create(name, parent string, quota int64) error {
 	cur := f.Current()
 	if parent == "" {
 		parent = cur
 	}
 	if err := f.st.Fork(parent, name); err != nil {
 		return err
+	}
+	if quota > 0 {
+		if err := f.st.SetQuota(name, quota); err != nil {
+			if aerr := f.st.Abort(name); aerr != nil {
+				return errors.Join(err, aerr)
+			}
+			return err
+		}
 	}
 	if parent == cur {
 		f.setCurrent(name)
@@ -337,7 +347,7 @@ func (f *FS) Abort(branch string) error {
 	}
 	f.Aborted(dropped, parent)
 	if f.cfg.OnAbort != nil {
-		f.cfg.OnAbort(dropped)
+		f.cfg.OnAbort(dropped, parent)
 	}
 	return nil
 }

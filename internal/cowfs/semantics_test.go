@@ -37,7 +37,7 @@ func TestPassthroughServesNoData(t *testing.T) {
 	if !f.Passthrough() {
 		t.Fatal("passthrough is off as root")
 	}
-	if err := f.Create("b", ""); err != nil {
+	if err := f.Create("b", "", 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.ReadFile(filepath.Join(mnt, "lower")); err != nil {
@@ -75,7 +75,7 @@ func TestIoctlCreateCommitAbort(t *testing.T) {
 	// First commit wins through the ioctls of /@NAME/.branchfs_ctl.
 	const n = 8
 	for i := 0; i < n; i++ {
-		if err := f.Create(fmt.Sprintf("r%d", i), "main"); err != nil {
+		if err := f.Create(fmt.Sprintf("r%d", i), "main", 0); err != nil {
 			t.Fatal(err)
 		}
 		f.Switch("main")
@@ -120,10 +120,7 @@ func TestIoctlCreateCommitAbort(t *testing.T) {
 
 func TestQuotaENOSPC(t *testing.T) {
 	f, _, mnt := mount(t, nil)
-	if err := f.Create("q", ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Store().SetQuota("q", 64<<10); err != nil {
+	if err := f.Create("q", "", 64<<10); err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(mnt, "file")

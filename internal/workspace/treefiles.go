@@ -24,6 +24,13 @@ type TreeFiles struct {
 // OpenTreeFiles opens (creating if need be) the files of a tree whose
 // private directory is dir, over base.
 func (m *Manager) OpenTreeFiles(ctx context.Context, dir, base string) (*TreeFiles, error) {
+	base = filepath.Clean(base)
+	if err := m.apart(base); err != nil {
+		return nil, fmt.Errorf("tree files: %w", err)
+	}
+	if err := m.notInMount(base); err != nil {
+		return nil, fmt.Errorf("tree files: %w", err)
+	}
 	st, err := store.Open(store.Config{Dir: filepath.Join(dir, "store"), Base: base, Logger: m.log})
 	if err != nil {
 		return nil, err

@@ -46,8 +46,23 @@ type Manager struct {
 
 // shared is one store and the mounts that show it.
 type shared struct {
-	st     *store.Store
+	st *store.Store
+
+	mu     sync.Mutex // guards mounts; never held across a FUSE call or an unmount
 	mounts map[string]*cowfs.FS
+}
+
+func (sh *shared) add(mp string, f *cowfs.FS) {
+	sh.mu.Lock()
+	sh.mounts[mp] = f
+	sh.mu.Unlock()
+}
+
+func (sh *shared) remove(mp string) (left int) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	delete(sh.mounts, mp)
+	return len(sh.mounts)
 }
 
 // record is a mount as remembered in Home/mounts.json.
@@ -166,8 +181,14 @@ func (m *Manager) mount(base, mp, branch string) (*cowfs.FS, error) {
 	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
 		return nil, api.Errorf(api.ErrBadRequest, "mount: base %s is not a directory", base)
 	}
-	if mp == base || strings.HasPrefix(mp, base+"/") || strings.HasPrefix(base, mp+"/") {
+	if inside(mp, base) || inside(base, mp) {
 		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and base %s must not contain each other", mp, base)
+	}
+	if err := m.apart(base); err != nil {
+		return nil, fmt.Errorf("mount: %w", err)
+	}
+	if inside(mp, m.cfg.Home) || inside(m.cfg.Home, mp) {
+		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and the daemon's home %s must not contain each other", mp, m.cfg.Home)
 	}
 	detachStale(mp)
 	if err := os.MkdirAll(mp, 0o755); err != nil {
@@ -188,29 +209,46 @@ func (m *Manager) mount(base, mp, branch string) (*cowfs.FS, error) {
 		OnCommit: func(res store.CommitResult, child string) {
 			m.others(sh, mp, func(o *cowfs.FS) { o.Committed(res, child) })
 		},
-		OnAbort: func(dropped []string) {
-			m.others(sh, mp, func(o *cowfs.FS) { o.Aborted(dropped, "") })
+		OnAbort: func(dropped []string, parent string) {
+			m.others(sh, mp, func(o *cowfs.FS) { o.Aborted(dropped, parent) })
 		},
 	})
 	if err != nil {
 		m.unshare(base, sh)
 		return nil, err
 	}
-	sh.mounts[mp] = f
+	sh.add(mp, f)
 	m.mounts[mp] = f
 	return f, nil
 }
 
-// others runs fn on the other mounts of a store.
+// inside reports whether path p is dir or below it (both clean and absolute).
+func inside(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// apart refuses a base that contains the daemon's home or lies inside it:
+// the store's own layers and metadata would be writable through main.
+func (m *Manager) apart(base string) error {
+	if inside(m.cfg.Home, base) || inside(base, m.cfg.Home) {
+		return api.Errorf(api.ErrBadRequest, "base %s and the daemon's home %s must not contain each other", base, m.cfg.Home)
+	}
+	return nil
+}
+
+// others runs fn on the other mounts of a store. It takes only the store's
+// own lock, briefly: a hook runs inside a FUSE request, which an unmount
+// holding m.mu may be waiting for.
 func (m *Manager) others(sh *shared, self string, fn func(*cowfs.FS)) {
-	m.mu.Lock()
+	sh.mu.Lock()
 	var fss []*cowfs.FS
 	for mp, f := range sh.mounts {
 		if mp != self {
 			fss = append(fss, f)
 		}
 	}
-	m.mu.Unlock()
+	sh.mu.Unlock()
 	for _, f := range fss {
 		fn(f)
 	}
@@ -230,7 +268,10 @@ func (m *Manager) share(base string) (*shared, error) {
 }
 
 func (m *Manager) unshare(base string, sh *shared) {
-	if len(sh.mounts) == 0 {
+	sh.mu.Lock()
+	n := len(sh.mounts)
+	sh.mu.Unlock()
+	if n == 0 {
 		sh.st.Close()
 		delete(m.stores, base)
 	}
@@ -325,7 +366,7 @@ func (m *Manager) notInMount(p string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for mp := range m.mounts {
-		if p == mp || strings.HasPrefix(p, mp+"/") {
+		if inside(p, mp) {
 			return api.Errorf(api.ErrBadRequest, "base %s is inside the arbor mount %s", p, mp)
 		}
 	}
@@ -371,7 +412,7 @@ func (m *Manager) Do(ctx context.Context, req api.Request) (api.Response, error)
 		delete(m.mounts, mp)
 		base := f.Store().Base()
 		sh := m.stores[base]
-		delete(sh.mounts, mp)
+		sh.remove(mp)
 		m.unshare(base, sh)
 		return api.Response{Status: api.StatusOK}, m.writeRecords()
 	case api.OpWsMounts:
@@ -395,13 +436,8 @@ func (m *Manager) Do(ctx context.Context, req api.Request) (api.Response, error)
 	st := f.Store()
 	switch req.Op {
 	case api.OpWsCreate:
-		if err := f.Create(req.Branch, req.Parent); err != nil {
+		if err := f.Create(req.Branch, req.Parent, req.QuotaBytes); err != nil {
 			return api.Response{}, err
-		}
-		if req.QuotaBytes > 0 {
-			if err := st.SetQuota(req.Branch, req.QuotaBytes); err != nil {
-				return api.Response{}, err
-			}
 		}
 		m.saveCurrent()
 		return api.Response{Status: "ws_created", Branch: req.Branch}, nil
