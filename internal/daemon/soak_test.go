@@ -33,7 +33,7 @@ func TestSoakRealDaemon(t *testing.T) {
 	home := tempDir(t)
 	sock := filepath.Join(home, "arbord.sock")
 	startDaemon(t, Config{Home: home, Socket: sock})
-	base := filepath.Join(home, "base")
+	base := tempDir(t)
 	writeFile(t, filepath.Join(base, "src", "main.go"), "package main\n")
 	cl := client.New(sock)
 	defer cl.Close()
