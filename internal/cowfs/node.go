@@ -227,15 +227,27 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		}
 	}
 	atRoot := n.br == nil && &n.Inode == n.root
-	var gen uint64
-	if atRoot {
-		gen = n.fs.rootGeneration()
+	if !atRoot {
+		return n.lookup(ctx, name, out)
 	}
-	in, e := n.lookup(ctx, name, out)
-	if e == syscall.ENOENT && atRoot {
-		n.fs.rootMissed(name, gen, out)
+	// The root shows the current branch; a switch or commit may land while
+	// this lookup runs, after invalidateRoot looked at what the kernel
+	// knows. Then the answer is of the old branch: look again.
+	for try := 0; ; try++ {
+		gen := n.fs.rootGeneration()
+		in, e := n.lookup(ctx, name, out)
+		if e == syscall.ENOENT {
+			n.fs.rootMissed(name, gen, out)
+			return in, e
+		}
+		if e != 0 || n.fs.rootGeneration() == gen {
+			return in, e
+		}
+		if try == 3 {
+			out.SetEntryTimeout(time.Nanosecond) // still moving: let the kernel ask again
+			return in, e
+		}
 	}
-	return in, e
 }
 
 func (n *node) lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
