@@ -33,6 +33,7 @@ type layer struct {
 	paths map[string]struct{} // the paths it has index entries for
 	bytes int64               // bytes of regular files it holds, for quotas
 	made  bool                // its directory exists
+	mark  uint64              // reclaimLocked's stamp: in use at its last marking
 	// kept records the files moved or copied here at a fork because a
 	// writer held them open, with their signature then (see keepWriters).
 	kept map[string]fileSig

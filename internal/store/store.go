@@ -41,6 +41,7 @@ type Store struct {
 	writers  map[string]int     // real path -> descriptors open for writing on it
 	nlinks   int                // link copies in all layers (0: resolve skips the look-up)
 	nextID   uint64
+	markGen  uint64 // the stamp of reclaimLocked's last marking (layer.mark)
 
 	dlMu     sync.Mutex       // guards dirLinks; taken with mu held
 	dirLinks map[dlKey]uint32 // link counts of merged directories (see DirLinks)
@@ -530,21 +531,21 @@ func (s *Store) onlyKept(l *layer, live func(rel string) string) bool {
 // committed away and whose parent's name was then reused does not become
 // the child of the new branch of that name.
 func (s *Store) descendants(b *Branch) []*Branch {
-	var out []*Branch
+	// Breadth first from b over a children map made in one pass: O(branches),
+	// not O(branches × depth).
+	kids := map[string][]*Branch{}
 	for _, c := range s.branches {
-		if c == b {
-			continue
+		if c != b && c.Parent != "" {
+			kids[c.Parent] = append(kids[c.Parent], c)
 		}
-		for p := c; p.Parent != ""; {
-			pp := s.branches[p.Parent]
-			if pp == nil || pp.ID >= p.ID {
-				break
-			}
-			if pp == b {
+	}
+	var out []*Branch
+	for q := []*Branch{b}; len(q) > 0; q = q[1:] {
+		for _, c := range kids[q[0].Name] {
+			if c.ID > q[0].ID {
 				out = append(out, c)
-				break
+				q = append(q, c)
 			}
-			p = pp
 		}
 	}
 	return out
@@ -622,20 +623,23 @@ func (s *Store) reclaim() {
 // reclaimLocked drops every layer no live branch references: its index
 // entries at once, its directory in the background.
 func (s *Store) reclaimLocked() {
-	used := map[*layer]bool{}
+	// Mark the layers in use with a fresh stamp (no set to build: the
+	// chains of a deep tree hold branches × depth references).
+	s.markGen++
+	used := s.markGen
 	for _, b := range s.branches {
 		if b.stale {
 			continue
 		}
 		for _, l := range b.chain {
-			used[l] = true
+			l.mark = used
 		}
 		if b.snap != nil {
-			used[b.snap] = true
+			b.snap.mark = used
 		}
 	}
 	for id, l := range s.layers {
-		if used[l] {
+		if l.mark == used {
 			continue
 		}
 		delete(s.layers, id)
