@@ -108,6 +108,7 @@ var (
 	bucketBranches = []byte("branches")
 	bucketMeta     = []byte("meta")
 	bucketJournal  = []byte("journal")
+	bucketKept     = []byte("kept") // "<layer id>/<rel>" -> the signature of a file kept for a writer
 	keyNextID      = []byte("next_id")
 	keyMainGen     = []byte("main_gen")
 )
@@ -168,7 +169,7 @@ func (s *Store) load() error {
 	var recs []record
 	var mainGen uint64
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketBranches, bucketMeta, bucketJournal} {
+		for _, b := range [][]byte{bucketBranches, bucketMeta, bucketJournal, bucketKept} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -208,7 +209,70 @@ func (s *Store) load() error {
 			return err
 		}
 	}
-	return nil
+	return s.loadKept()
+}
+
+// loadKept reads the signatures of files kept for writers at forks, and
+// forgets those of layers that are gone.
+func (s *Store) loadKept() error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketKept)
+		var stale [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			id, rel, ok := strings.Cut(string(k), "/")
+			n, err := strconv.ParseUint(id, 10, 64)
+			l := s.layers[n]
+			if !ok || err != nil || l == nil {
+				stale = append(stale, append([]byte(nil), k...))
+				return nil
+			}
+			var sig fileSig
+			if _, err := fmt.Sscanf(string(v), "%d %d %d %d %d %d", &sig.ino, &sig.size,
+				&sig.mtime.Sec, &sig.mtime.Nsec, &sig.ctime.Sec, &sig.ctime.Nsec); err != nil {
+				stale = append(stale, append([]byte(nil), k...))
+				return nil
+			}
+			if l.kept == nil {
+				l.kept = map[string]fileSig{}
+			}
+			l.kept[rel] = sig
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range stale {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// saveKept records (or, for a zero signature, forgets) kept signatures.
+func (s *Store) saveKept(l *layer, rels ...string) {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketKept)
+		for _, rel := range rels {
+			k := []byte(strconv.FormatUint(l.id, 10) + "/" + rel)
+			sig, ok := l.kept[rel]
+			if !ok {
+				if err := b.Delete(k); err != nil {
+					return err
+				}
+				continue
+			}
+			v := fmt.Sprintf("%d %d %d %d %d %d", sig.ino, sig.size, sig.mtime.Sec, sig.mtime.Nsec, sig.ctime.Sec, sig.ctime.Nsec)
+			if err := b.Put(k, []byte(v)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("save kept signatures", "err", err)
+	}
 }
 
 func (s *Store) layerFor(id uint64, depth int) *layer {
@@ -427,6 +491,7 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) {
 				}
 				if !had {
 					snap.keep(rel, real)
+					s.saveKept(snap, rel)
 				}
 			}
 		}
@@ -451,6 +516,10 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) {
 			continue
 		}
 		dst := head.real(rel)
+		// Was the file still as an earlier fork kept it? Then the copy left
+		// in the frozen layer is unchanged too; otherwise the layer changed.
+		prev, wasKept := frozen.kept[rel]
+		stillKept := wasKept && sigOf(real) == prev
 		if err := moveOut(s.tmpDir(), real, dst, &st); err != nil {
 			s.log.Warn("fork: keep open file", "path", rel, "err", err)
 			continue
@@ -464,6 +533,15 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) {
 		s.put(frozen, rel, kFile, false, ino)
 		s.put(head, rel, kFile, false, ino)
 		head.keep(rel, dst)
+		s.saveKept(head, rel)
+		if stillKept {
+			frozen.keep(rel, real)
+		} else if wasKept {
+			delete(frozen.kept, rel)
+		}
+		if wasKept {
+			s.saveKept(frozen, rel)
+		}
 		s.writers[dst] += s.writers[real]
 		delete(s.writers, real)
 	}
@@ -487,8 +565,21 @@ func (s *Store) changedSince(p, child *Branch) bool {
 	if p.Name == Main {
 		return child.snap != nil && !s.onlyKept(child.snap, func(rel string) string { return s.base + "/" + rel })
 	}
-	h := p.head()
-	return h.id != child.forkHead || !s.onlyKept(h, h.real)
+	// Every layer of the parent from the head the fork left (frozen since
+	// by later forks, or still the head) up must hold only files kept for
+	// writers, unchanged.
+	for i, l := range p.chain {
+		if l.id != child.forkHead {
+			continue
+		}
+		for _, u := range p.chain[i:] {
+			if !s.onlyKept(u, u.real) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
 }
 
 // onlyKept reports whether layer l holds nothing but files kept for their
