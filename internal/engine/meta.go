@@ -51,7 +51,10 @@ type meta struct {
 }
 
 func openMeta(path string) (*meta, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	// NoSync, as the stores under it: every transaction survives a SIGKILL
+	// (the page cache has it); a commit, which writes the user's base
+	// durably, syncs explicitly (sync).
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoSync: true})
 	if err != nil {
 		if err == bolt.ErrTimeout {
 			return nil, api.Errorf(api.ErrBusy, "open %s: held by another process", path)
@@ -70,6 +73,9 @@ func openMeta(path string) (*meta, error) {
 }
 
 func (m *meta) close() error { return m.db.Close() }
+
+// sync makes every transaction so far durable.
+func (m *meta) sync() error { return dbErr("sync", m.db.Sync()) }
 
 func dbErr(what string, err error) error {
 	if err == nil {

@@ -460,6 +460,9 @@ func (e *Engine) commit(ctx context.Context, ts *treeState, req api.Request) (ap
 	if err := e.meta.save(tm, nil, &commitIntent{Child: req.NodeID, Parent: p.Parent}, false); err != nil {
 		return api.Response{}, err
 	}
+	if err := e.meta.sync(); err != nil { // the intent is on disk before the files change
+		return api.Response{}, err
+	}
 	staleBranches, err := ts.files.Commit(ctx, ts.branch(req.NodeID))
 	if err != nil {
 		if cerr := e.meta.save(tm, nil, nil, true); cerr != nil {
@@ -481,6 +484,9 @@ func (e *Engine) commit(ctx context.Context, ts *treeState, req api.Request) (ap
 			e.log.Error("apply commit", "tree", ts.id, "err", aerr)
 		}
 		return api.Response{}, fmt.Errorf("%s %s: committed, but the metadata was not saved (reconciled at the next open): %w", op, req.NodeID, err)
+	}
+	if err := e.meta.sync(); err != nil {
+		e.log.Warn("sync after commit", "tree", ts.id, "err", err)
 	}
 	e.measure(ts, []string{p.Parent})
 	e.emit(ts, "commit", req.NodeID)
