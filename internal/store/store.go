@@ -735,14 +735,10 @@ func (s *Store) reclaimLocked() {
 		}
 		delete(s.layers, id)
 		s.unindexLayer(l)
-		if _, err := os.Lstat(l.dir); err == nil {
-			trash := filepath.Join(s.dir, "trash", strconv.FormatUint(id, 10))
-			os.MkdirAll(filepath.Dir(trash), 0o700)
-			if err := os.Rename(l.dir, trash); err == nil {
-				s.removeLater(trash)
-			} else {
-				s.removeLater(l.dir)
-			}
+		if l.made {
+			// No syscall here: the directory is removed in the background,
+			// and a layer directory no record names is removed at Open.
+			s.removeLater(l.dir)
 		}
 	}
 }
