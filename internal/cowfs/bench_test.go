@@ -3,6 +3,7 @@ package cowfs
 import (
 	"bytes"
 	"fmt"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,7 +20,7 @@ import (
 // in the store's benchmarks) and returns the mount and its mountpoint.
 func benchMount(b *testing.B, n int) (*FS, string) {
 	b.Helper()
-	need(b)
+	testenv.NeedFUSE(b)
 	root := b.TempDir()
 	base, mnt := filepath.Join(root, "base"), filepath.Join(root, "mnt")
 	for _, d := range []string{base, mnt} {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -145,7 +146,7 @@ func (e *branchEnv) KnownLimit(name string) string {
 // newBranchEnv starts a child process serving a fresh store, with a chain of
 // depth branches each holding a change (depth 0: main).
 func newBranchEnv(t *testing.T, depth int, passthrough bool) *branchEnv {
-	need(t)
+	testenv.NeedFUSE(t)
 	root := t.TempDir()
 	os.Chmod(filepath.Dir(root), 0o755)
 	cfg := serveConfig{State: filepath.Join(root, "state"), Base: filepath.Join(root, "base"),

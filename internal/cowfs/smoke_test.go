@@ -1,6 +1,7 @@
 package cowfs
 
 import (
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,26 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func need(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("ARBOR_TEST_REQUIRE") != "" {
-			t.Fatal("needs root for FUSE (ARBOR_TEST_REQUIRE is set)")
-		}
-		t.Skip("needs root for a direct FUSE mount")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		if os.Getenv("ARBOR_TEST_REQUIRE") != "" {
-			t.Fatal("no /dev/fuse (ARBOR_TEST_REQUIRE is set)")
-		}
-		t.Skip("no /dev/fuse")
-	}
-}
-
 // mount makes a store over a fresh base and mounts it.
 func mount(t *testing.T, setup func(base string)) (*FS, string, string) {
 	t.Helper()
-	need(t)
+	testenv.NeedFUSE(t)
 	base := t.TempDir()
 	if setup != nil {
 		setup(base)

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -18,7 +19,7 @@ import (
 // files on FUSE, both faces) and returns a socket client, an HTTP client and
 // a tree "b" over a one-file base whose budget fits 64 live nodes.
 func benchDaemon(b *testing.B) (*client.Client, *client.HTTPClient, string) {
-	needFUSE(b)
+	testenv.NeedFUSE(b)
 	dir := tempDir(b)
 	home, base := filepath.Join(dir, "home"), filepath.Join(dir, "base")
 	writeFile(b, filepath.Join(base, "a.txt"), "a")

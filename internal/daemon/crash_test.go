@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -106,7 +107,7 @@ type attempt struct {
 // workspace mount works again, the tree's nodes are consistent, and every
 // commit is in its base all or none (all if acknowledged).
 func TestCrash(t *testing.T) {
-	needFUSE(t)
+	testenv.NeedFUSE(t)
 	dir := tempDir(t)
 	home, wsBase, treeBase, mp := filepath.Join(dir, "home"), filepath.Join(dir, "wsbase"), filepath.Join(dir, "treebase"), filepath.Join(dir, "ws")
 	for _, d := range []string{home, wsBase, treeBase} {

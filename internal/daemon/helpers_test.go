@@ -17,24 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// needFUSE skips without root and /dev/fuse, or fails when ARBOR_TEST_REQUIRE is set.
-func needFUSE(t testing.TB) {
-	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "needs root for FUSE mounts"
-	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		why = "no /dev/fuse"
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("ARBOR_TEST_REQUIRE") != "" {
-		t.Fatalf("%s (ARBOR_TEST_REQUIRE is set)", why)
-	}
-	t.Skip(why)
-}
-
 // tempDir is a short temporary directory (socket paths are limited to 108
 // bytes). Its cleanup first detaches any mount left under it, so removing it
 // can never reach through a mount into a base.

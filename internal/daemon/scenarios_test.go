@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -82,7 +83,7 @@ func serve(t *testing.T, run func(ctx context.Context) error) {
 // TestScenarios runs the faces' shared scenario suite over both faces
 // against the daemon's router: the real engine on FUSE-mounted tree files.
 func TestScenarios(t *testing.T) {
-	needFUSE(t)
+	testenv.NeedFUSE(t)
 	t.Run("Socket", func(t *testing.T) {
 		facetest.RunTarget(t, realTarget, func(t *testing.T, h facetest.Handler) facetest.Setup {
 			path := serveLine(t, h)

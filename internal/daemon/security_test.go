@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,7 +18,7 @@ import (
 
 // TestSocketMode: the socket is 0600 and the home 0700 without an allow-list.
 func TestSocketMode(t *testing.T) {
-	needFUSE(t)
+	testenv.NeedFUSE(t)
 	home := filepath.Join(tempDir(t), "home")
 	startDaemon(t, Config{Home: home})
 	for _, c := range []struct {
@@ -56,7 +57,7 @@ func TestHTTPNeedsTokenOffLoopback(t *testing.T) {
 // TestShutdownAccess: shutdown works over the socket for the daemon's uid,
 // and is refused without a socket peer (as over HTTP).
 func TestShutdownAccess(t *testing.T) {
-	needFUSE(t)
+	testenv.NeedFUSE(t)
 	r := &router{uid: 0, shutdown: func() { t.Error("shutdown ran without a peer") }}
 	if _, err := r.Do(t.Context(), api.Request{Op: api.OpShutdown}); !errors.Is(err, api.ErrAuth) {
 		t.Fatalf("shutdown without a socket peer: %v, want ErrAuth", err)
@@ -91,7 +92,7 @@ func TestShutdownAccess(t *testing.T) {
 // bad requests; '../' in node ids, branch names and labels never reaches
 // the filesystem (labels are metadata only).
 func TestNoEscape(t *testing.T) {
-	needFUSE(t)
+	testenv.NeedFUSE(t)
 	dir := tempDir(t)
 	home, base, mp := filepath.Join(dir, "home"), filepath.Join(dir, "base"), filepath.Join(dir, "ws")
 	writeFile(t, filepath.Join(base, "a.txt"), "a")

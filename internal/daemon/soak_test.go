@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -29,7 +30,7 @@ func soakFor() time.Duration {
 // known code, never internal; afterwards the tree holds together and is
 // within its budget.
 func TestSoakRealDaemon(t *testing.T) {
-	needFUSE(t)
+	testenv.NeedFUSE(t)
 	home := tempDir(t)
 	sock := filepath.Join(home, "arbord.sock")
 	startDaemon(t, Config{Home: home, Socket: sock})

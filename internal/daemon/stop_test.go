@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -16,7 +17,7 @@ import (
 // holds its cwd in a workspace mount (the forced unmount detaches and aborts
 // the connection instead of waiting for the process), and the mount is gone.
 func TestStopWithBusyMount(t *testing.T) {
-	needFUSE(t)
+	testenv.NeedFUSE(t)
 	dir := tempDir(t)
 	home, base, mp := filepath.Join(dir, "home"), filepath.Join(dir, "base"), filepath.Join(dir, "ws")
 	writeFile(t, filepath.Join(base, "a.txt"), "a")

@@ -3,6 +3,7 @@ package workspace_test
 import (
 	"context"
 	"fmt"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,7 +25,7 @@ func do(t *testing.T, m *workspace.Manager, r api.Request) api.Response {
 // An abort through mount A of the branch that mount B shows: B must show the
 // aborted branch's parent, not main (the real base).
 func TestRegressionAbortElsewhereShowsParent(t *testing.T) {
-	needFUSE(t)
+	testenv.NeedFUSE(t)
 	m := newManager(t)
 	base, a, b := t.TempDir(), filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 	do(t, m, api.Request{Op: api.OpWsMount, Base: base, Mountpoint: a})
@@ -47,7 +48,7 @@ func TestRegressionAbortElsewhereShowsParent(t *testing.T) {
 
 // Close (daemon shutdown) while a commit runs through a control file.
 func TestRegressionCloseDuringCtlCommit(t *testing.T) {
-	needFUSE(t)
+	testenv.NeedFUSE(t)
 	m, err := workspace.New(workspace.Config{Home: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

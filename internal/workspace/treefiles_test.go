@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,24 +15,6 @@ import (
 	"github.com/arbor-dev/arbor/internal/engine/filestest"
 	"github.com/arbor-dev/arbor/internal/workspace"
 )
-
-// needFUSE skips without root and /dev/fuse, or fails when ARBOR_TEST_REQUIRE is set.
-func needFUSE(t *testing.T) {
-	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "needs root for FUSE mounts"
-	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		why = "no /dev/fuse"
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("ARBOR_TEST_REQUIRE") != "" {
-		t.Fatalf("%s (ARBOR_TEST_REQUIRE is set)", why)
-	}
-	t.Skip(why)
-}
 
 func newManager(t *testing.T) *workspace.Manager {
 	t.Helper()
@@ -50,7 +33,7 @@ func newManager(t *testing.T) *workspace.Manager {
 // TestTreeFilesConformance runs the engine's Files suite against the real
 // files layer: a store mounted by cowfs.
 func TestTreeFilesConformance(t *testing.T) {
-	needFUSE(t)
+	testenv.NeedFUSE(t)
 	m := newManager(t)
 	filestest.Run(t, func(ctx context.Context, dir, base string) (engine.Files, error) {
 		return m.OpenTreeFiles(ctx, dir, base)
@@ -66,7 +49,7 @@ func TestTreeFilesConformance(t *testing.T) {
 // The store remembers what it kept for such a writer and does not count it as
 // a change while the file is unchanged.
 func TestForkRightAfterClose(t *testing.T) {
-	needFUSE(t)
+	testenv.NeedFUSE(t)
 	m := newManager(t)
 	ctx := t.Context()
 	base := t.TempDir()
