@@ -3,7 +3,6 @@ package cowfs
 import (
 	"bytes"
 	"fmt"
-	"github.com/arbor-dev/arbor/internal/testenv"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/arbor-dev/arbor/internal/store"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/arbor-dev/arbor/internal/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/arbor-dev/arbor/internal/posixtest"
 	"github.com/arbor-dev/arbor/internal/store"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 

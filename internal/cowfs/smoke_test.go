@@ -1,12 +1,12 @@
 package cowfs
 
 import (
-	"github.com/arbor-dev/arbor/internal/testenv"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/arbor-dev/arbor/internal/store"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"github.com/arbor-dev/arbor/internal/testenv"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/testenv"
 )
 
 // benchDaemon runs the real daemon in-process (workspaces, engine, tree

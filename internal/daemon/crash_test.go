@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/arbor-dev/arbor/internal/testenv"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/testenv"
 )
 
 // proc is a daemon running as a child process (the test binary re-executed).

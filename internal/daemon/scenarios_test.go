@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/arbor-dev/arbor/internal/testenv"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/arbor-dev/arbor/internal/facetest"
 	"github.com/arbor-dev/arbor/internal/httpapi"
 	"github.com/arbor-dev/arbor/internal/lineapi"
+	"github.com/arbor-dev/arbor/internal/testenv"
 )
 
 const testToken = "daemon-test-token"

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"github.com/arbor-dev/arbor/internal/testenv"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/testenv"
 )
 
 // TestSocketMode: the socket is 0600 and the home 0700 without an allow-list.

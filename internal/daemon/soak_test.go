@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/arbor-dev/arbor/internal/testenv"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/testenv"
 )
 
 func soakFor() time.Duration {

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"github.com/arbor-dev/arbor/internal/testenv"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/testenv"
 )
 
 // TestStopWithBusyMount: the daemon exits promptly even while a process

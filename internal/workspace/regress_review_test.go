@@ -3,13 +3,13 @@ package workspace_test
 import (
 	"context"
 	"fmt"
-	"github.com/arbor-dev/arbor/internal/testenv"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"github.com/arbor-dev/arbor/internal/workspace"
 )
 

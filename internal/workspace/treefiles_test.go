@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/arbor-dev/arbor/internal/testenv"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/engine/filestest"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"github.com/arbor-dev/arbor/internal/workspace"
 )
 
