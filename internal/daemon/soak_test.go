@@ -47,6 +47,15 @@ func TestSoakRealDaemon(t *testing.T) {
 	var maxNode atomic.Int64
 	maxNode.Store(1)
 	node := func(r *rand.Rand) string { return fmt.Sprintf("n%d", 1+r.IntN(int(maxNode.Load()))) }
+	// seen raises the highest node id the clients pick from.
+	seen := func(id string) {
+		var k int64
+		if _, err := fmt.Sscanf(id, "n%d", &k); err != nil {
+			return
+		}
+		for cur := maxNode.Load(); k > cur && !maxNode.CompareAndSwap(cur, k); cur = maxNode.Load() {
+		}
+	}
 	deadline := time.Now().Add(soakFor())
 	var verbs, ok atomic.Int64
 	var wg sync.WaitGroup
@@ -107,17 +116,9 @@ func TestSoakRealDaemon(t *testing.T) {
 				}
 				ok.Add(1)
 				for _, f := range resp.Forks {
-					var k int64
-					fmt.Sscanf(f.NodeID, "n%d", &k)
-					for cur := maxNode.Load(); k > cur && !maxNode.CompareAndSwap(cur, k); cur = maxNode.Load() {
-					}
+					seen(f.NodeID)
 				}
-				if resp.NodeID != "" {
-					var k int64
-					fmt.Sscanf(resp.NodeID, "n%d", &k)
-					for cur := maxNode.Load(); k > cur && !maxNode.CompareAndSwap(cur, k); cur = maxNode.Load() {
-					}
-				}
+				seen(resp.NodeID)
 			}
 		}(w)
 	}
