@@ -36,6 +36,12 @@ type Config struct {
 	// step). Each may be nil.
 	OnCommit func(res store.CommitResult, child string)
 	OnAbort  func(dropped []string, parent string)
+	// CacheTTL is how long the kernel may keep names, attributes and
+	// directory listings without asking (default 30 s). Changes made
+	// through any mount of the store reach it at once (see notify.go);
+	// changes made to the base directory behind Arbor's back show after
+	// at most this long.
+	CacheTTL time.Duration
 	Logger   *slog.Logger
 	Debug    bool
 }
@@ -68,6 +74,7 @@ type FS struct {
 	rootNegFull bool
 
 	bg sync.WaitGroup // invalidations in flight
+	nt notifier       // the store's events, turned into kernel invalidations
 
 	served struct{ reads, writes atomic.Int64 } // data requests the daemon served itself
 }
@@ -110,7 +117,10 @@ func Mount(cfg Config) (*FS, error) {
 	f.root = &node{fs: f}
 	// Set before fs.Mount: the kernel's first requests can come while it returns.
 	f.root.root = &f.root.Inode
-	ttl := time.Second
+	ttl := cfg.CacheTTL
+	if ttl <= 0 {
+		ttl = defaultCacheTTL
+	}
 	opts := &fs.Options{
 		EntryTimeout: &ttl, AttrTimeout: &ttl, NegativeTimeout: &ttl,
 		MountOptions: fuse.MountOptions{
@@ -131,8 +141,15 @@ func Mount(cfg Config) (*FS, error) {
 	if !pt {
 		opts.MountOptions.DisabledCapabilities = fuse.CAP_PASSTHROUGH
 	}
-	srv, err := fs.Mount(cfg.Mountpoint, f.root, opts)
+	f.startNotifier() // before the kernel's first requests
+	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), cfg.Mountpoint, &opts.MountOptions)
 	if err != nil {
+		f.stopNotifier()
+		return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		f.stopNotifier()
 		return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
 	}
 	f.server = srv
@@ -223,6 +240,7 @@ func (f *FS) Unmount(force bool) error {
 	}
 	f.server.Wait()
 	f.bg.Wait()
+	f.stopNotifier()
 	return nil
 }
 
@@ -445,26 +463,6 @@ func (f *FS) rootMissed(name string, gen uint64, out *fuse.EntryOut) {
 	}
 }
 
-// InvalidateAll makes the kernel forget every entry it knows (a commit into
-// a branch this mount shows changed files under it).
-func (f *FS) InvalidateAll() {
-	f.bg.Add(1)
-	go func() {
-		defer f.bg.Done()
-		var walk func(in *fs.Inode)
-		walk = func(in *fs.Inode) {
-			for name, c := range in.Children() {
-				if name == ctlName {
-					continue
-				}
-				walk(c)
-				in.NotifyEntry(name)
-			}
-		}
-		walk(f.rootInode())
-	}()
-}
-
 // viewInode is the /@NAME node under a view root.
 func (f *FS) viewInode(ctx context.Context, parent *node, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	b, err := f.st.Branch(name)
@@ -483,6 +481,11 @@ func (f *FS) viewInode(ctx context.Context, parent *node, name string, out *fuse
 	v := &node{fs: f, br: b, at: true}
 	in := parent.NewInode(ctx, v, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: 1<<62 + b.ID*2 + 1, Gen: 1})
 	v.root = in
+	at := ""
+	if &parent.Inode != f.rootInode() {
+		at = parent.Path(f.rootInode())
+	}
+	f.addView(join(at, "@"+name))
 	out.Attr.FromStat(sysStat(&st))
 	out.Attr.Ino = in.StableAttr().Ino
 	if f.st.IsStale(b) {

@@ -77,6 +77,11 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		h.n.fs.st.CloseWrite(h.real)
 	}
 	h.n.dropHandle(h)
+	if h.write && !h.n.isGone() {
+		// Every view, this one too: writes through a shared mapping
+		// changed the times without a request.
+		h.n.fs.st.Publish(store.Event{Branch: h.br.Name, Path: h.n.rel(), Origin: nil})
+	}
 	return fs.ToErrno(err)
 }
 
@@ -121,6 +126,9 @@ func (h *handle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.Attr
 	}
 	if errno := setattrPath(ctx, "/proc/self/fd/"+itoa(h.fd), in, false); errno != 0 {
 		return errno
+	}
+	if !h.n.isGone() {
+		h.n.changed(h.br, h.n.rel(), false)
 	}
 	return h.Getattr(ctx, out)
 }

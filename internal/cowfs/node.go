@@ -76,27 +76,28 @@ func (n *node) isGone() bool {
 }
 
 var (
-	_ fs.NodeLookuper      = (*node)(nil)
-	_ fs.NodeGetattrer     = (*node)(nil)
-	_ fs.NodeSetattrer     = (*node)(nil)
-	_ fs.NodeOpener        = (*node)(nil)
-	_ fs.NodeCreater       = (*node)(nil)
-	_ fs.NodeMkdirer       = (*node)(nil)
-	_ fs.NodeMknoder       = (*node)(nil)
-	_ fs.NodeSymlinker     = (*node)(nil)
-	_ fs.NodeLinker        = (*node)(nil)
-	_ fs.NodeReadlinker    = (*node)(nil)
-	_ fs.NodeUnlinker      = (*node)(nil)
-	_ fs.NodeRmdirer       = (*node)(nil)
-	_ fs.NodeRenamer       = (*node)(nil)
-	_ fs.NodeReaddirer     = (*node)(nil)
-	_ fs.NodeGetxattrer    = (*node)(nil)
-	_ fs.NodeSetxattrer    = (*node)(nil)
-	_ fs.NodeListxattrer   = (*node)(nil)
-	_ fs.NodeRemovexattrer = (*node)(nil)
-	_ fs.NodeStatfser      = (*node)(nil)
-	_ fs.NodeFsyncer       = (*node)(nil)
-	_ fs.NodeIoctler       = (*node)(nil)
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeMkdirer        = (*node)(nil)
+	_ fs.NodeMknoder        = (*node)(nil)
+	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeLinker         = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRmdirer        = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
+	_ fs.NodeReaddirer      = (*node)(nil)
+	_ fs.NodeOpendirHandler = (*node)(nil)
+	_ fs.NodeGetxattrer     = (*node)(nil)
+	_ fs.NodeSetxattrer     = (*node)(nil)
+	_ fs.NodeListxattrer    = (*node)(nil)
+	_ fs.NodeRemovexattrer  = (*node)(nil)
+	_ fs.NodeStatfser       = (*node)(nil)
+	_ fs.NodeFsyncer        = (*node)(nil)
+	_ fs.NodeIoctler        = (*node)(nil)
 )
 
 // branch is the branch the node shows.
@@ -195,8 +196,16 @@ func (n *node) child(ctx context.Context, name string, res store.Res, st *unix.S
 		// it another kernel inode: nothing about it may be cached.
 		out.SetEntryTimeout(time.Nanosecond)
 		out.SetAttrTimeout(time.Nanosecond)
+	} else if n.fs.writing(st, res.Real) {
+		out.SetAttrTimeout(time.Nanosecond)
 	}
 	return in
+}
+
+// writing reports whether the regular file real (stat st) is open for
+// writing: its size and times change without a request, so they are not cached.
+func (f *FS) writing(st *unix.Stat_t, real string) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && f.st.Writing(real)
 }
 
 // viewGen is the go-fuse generation of a node: its view (the branch, and
@@ -218,6 +227,18 @@ func viewGen(b *store.Branch, at bool, st *unix.Stat_t, res store.Res) uint64 {
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	gen := n.fs.lookupGen()
+	in, e := n.lookupAny(ctx, name, out)
+	if n.fs.lookupGen() != gen {
+		// A change was published meanwhile; its invalidation may reach the
+		// kernel before this answer does.
+		out.SetEntryTimeout(time.Nanosecond)
+		out.SetAttrTimeout(time.Nanosecond)
+	}
+	return in, e
+}
+
+func (n *node) lookupAny(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if &n.Inode == n.root {
 		if name == ctlName {
 			return n.fs.ctlInode(ctx, n, out)
@@ -266,7 +287,11 @@ func (n *node) lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	if h, ok := f.(*handle); ok && !h.lower {
-		return h.Getattr(ctx, out)
+		e := h.Getattr(ctx, out)
+		if h.write || n.fs.st.Writing(h.real) {
+			out.SetTimeout(time.Nanosecond)
+		}
+		return e
 	}
 	// A descriptor on a lower copy is not asked: the path may have been
 	// copied up since, and the kernel would take the old size for the new.
@@ -285,7 +310,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if res.Nlink > out.Attr.Nlink {
 		out.Attr.Nlink = res.Nlink
 	}
-	if out.Attr.Nlink > 1 && !res.IsDir() {
+	if (out.Attr.Nlink > 1 && !res.IsDir()) || n.fs.writing(&st, res.Real) {
 		out.SetTimeout(time.Nanosecond)
 	}
 	if res.IsDir() {
@@ -325,6 +350,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if e := setattrPath(ctx, real, in, true); e != 0 {
 		return e
 	}
+	n.changed(b, rel, false)
 	return n.Getattr(ctx, nil, out)
 }
 
@@ -410,6 +436,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	n.mu.Unlock()
 	n.addHandle(h)
+	if write {
+		n.changed(b, rel, false) // other views: a copy-up, O_TRUNC, and writes to come
+	}
 	return h, n.fs.openFlags(h), 0
 }
 
@@ -461,6 +490,7 @@ func (n *node) make(ctx context.Context, name string, dir bool, mk func(real str
 	if err != nil {
 		return nil, errno(err)
 	}
+	n.changed(b, rel, true)
 	var st unix.Stat_t
 	if err := unix.Lstat(made, &st); err != nil {
 		return nil, errno(err)
@@ -482,6 +512,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno(err)
 	}
 	write := int(flags)&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0
+	n.changed(b, rel, true)
 	owner(ctx, real, real[:strings.LastIndexByte(real, '/')])
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -532,6 +563,8 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if err := n.fs.st.Link(b, t.rel(), rel); err != nil {
 		return nil, errno(err)
 	}
+	n.changed(b, rel, true)
+	n.changed(b, t.rel(), false) // its link count
 	// Both names are one kernel inode, the target's.
 	var a fuse.AttrOut
 	if e := n.fs.attrOf(b, rel, &a); e != 0 {
@@ -568,9 +601,11 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 	if err != nil {
 		return errno(err)
 	}
-	if err := n.fs.st.Remove(b, join(n.rel(), name), dir); err != nil {
+	rel := join(n.rel(), name)
+	if err := n.fs.st.Remove(b, rel, dir); err != nil {
 		return errno(err)
 	}
+	n.changed(b, rel, true)
 	if ch := n.GetChild(name); ch != nil {
 		if c, ok := ch.Operations().(*node); ok {
 			c.mu.Lock()
@@ -608,10 +643,73 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return syscall.EPERM
 		}
 	}
-	if err := n.fs.st.Rename(b, join(n.rel(), name), join(np.rel(), newName), flags); err != nil {
+	oldRel, newRel := join(n.rel(), name), join(np.rel(), newName)
+	if err := n.fs.st.Rename(b, oldRel, newRel, flags); err != nil {
 		return errno(err)
 	}
+	n.changed(b, oldRel, true)
+	n.changed(b, newRel, true)
 	return 0
+}
+
+// OpendirHandle lets the kernel keep the listing (FOPEN_CACHE_DIR): a
+// change made through another view reaches it as an invalidation
+// (notify.go), one made through this view the kernel sees itself. The
+// directory is listed at its first read, not at the open: a cached listing
+// reads nothing.
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	return &dirHandle{n: n}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// dirHandle is an open directory, listed at its first read or seek.
+type dirHandle struct {
+	n  *node
+	ds fs.DirStream
+}
+
+var (
+	_ fs.FileReaddirenter = (*dirHandle)(nil)
+	_ fs.FileSeekdirer    = (*dirHandle)(nil)
+	_ fs.FileReleasedirer = (*dirHandle)(nil)
+)
+
+func (d *dirHandle) list(ctx context.Context) syscall.Errno {
+	if d.ds != nil {
+		return 0
+	}
+	ds, e := d.n.Readdir(ctx)
+	if e != 0 {
+		return e
+	}
+	d.ds = ds
+	return 0
+}
+
+func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	if e := d.list(ctx); e != 0 {
+		return nil, e
+	}
+	if !d.ds.HasNext() {
+		return nil, 0
+	}
+	de, e := d.ds.Next()
+	return &de, e
+}
+
+func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	if e := d.list(ctx); e != 0 {
+		return e
+	}
+	if sd, ok := d.ds.(fs.FileSeekdirer); ok {
+		return sd.Seekdir(ctx, off)
+	}
+	return syscall.ENOTSUP
+}
+
+func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) {
+	if d.ds != nil {
+		d.ds.Close()
+	}
 }
 
 func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
@@ -663,7 +761,11 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if err != nil {
 		return errno(err)
 	}
-	return errno(unix.Lsetxattr(real, attr, data, int(flags)))
+	if err := unix.Lsetxattr(real, attr, data, int(flags)); err != nil {
+		return errno(err)
+	}
+	n.changed(b, rel, false)
+	return 0
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
@@ -681,7 +783,11 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if err != nil {
 		return errno(err)
 	}
-	return errno(unix.Lremovexattr(real, attr))
+	if err := unix.Lremovexattr(real, attr); err != nil {
+		return errno(err)
+	}
+	n.changed(b, rel, false)
+	return 0
 }
 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {

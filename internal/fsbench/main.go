@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 )
 
@@ -25,6 +26,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, extra []
 		size     = fset.String("size", "1G", "size of the big files (e.g. 64M, 1G)")
 		verbose  = fset.Bool("v", false, "log progress to stderr")
 		list     = fset.Bool("list", false, "list the cases and systems, and exit")
+		cpuProf  = fset.String("cpuprofile", "", "write a CPU profile of the whole run (the in-process Arbor servers included) to this file")
 		caseList listFlag
 		sysList  listFlag
 	)
@@ -67,6 +69,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, extra []
 	if *verbose {
 		cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	}
+	if *cpuProf != "" {
+		stop, err := startCPUProfile(*cpuProf)
+		if err != nil {
+			fmt.Fprintf(stderr, "bench fs: --cpuprofile: %v\n", err)
+			return 1
+		}
+		defer stop()
+	}
 	rep, err := Run(ctx, cfg, systems)
 	if err != nil {
 		fmt.Fprintf(stderr, "bench fs: %v\n", err)
@@ -87,6 +97,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, extra []
 	}
 	rep.Table(stdout)
 	return 0
+}
+
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func writeJSON(path string, rep Report) error {

@@ -89,6 +89,7 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 			return CommitResult{}, fmt.Errorf("commit %s: %w", child, err)
 		}
 		c.gone = true
+		s.publishCommit(p.Name, c.Name, ownPaths(c), res.Stale)
 		if durable {
 			if err := s.db.Sync(); err != nil {
 				return res, fmt.Errorf("commit %s: sync: %w", child, err)
@@ -124,7 +125,27 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 	if err := s.finishMain(c.Name, durable); err != nil {
 		return CommitResult{}, fmt.Errorf("commit %s: %w", child, err)
 	}
+	paths := make([]string, len(ops))
+	for i, o := range ops {
+		paths[i] = o.Path
+	}
+	s.publishCommit(Main, c.Name, paths, res.Stale)
 	return res, nil
+}
+
+// ownPaths lists the paths of the layers c made since its fork: what a commit
+// of c changes in its parent's view.
+func ownPaths(c *Branch) []string {
+	var out []string
+	for _, l := range c.chain[c.forkDepth:] {
+		for p := range l.paths {
+			if len(out) > maxCommitPaths {
+				return nil
+			}
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // finishMain records a commit into main as done: the child is gone, every

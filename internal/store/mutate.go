@@ -489,7 +489,11 @@ func (s *Store) remove(b *Branch, rel string, dir bool) error {
 		} else if err := unix.Unlink(res.Real); err != nil {
 			return err
 		}
-		s.dropTree(h, rel)
+		if dir {
+			s.dropTree(h, rel)
+		} else {
+			s.drop(h, rel) // a file has nothing under it: no walk of the layer's paths
+		}
 	}
 	if _, err := s.resolve(b, rel, len(b.chain)-1); err == nil {
 		if err := s.ensureParent(b, rel); err != nil {

@@ -200,6 +200,13 @@ func (s *Store) OpenWrite(real string) {
 	s.mu.Unlock()
 }
 
+// Writing reports whether a descriptor is open for writing on real.
+func (s *Store) Writing(real string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.writers[real] > 0
+}
+
 // CloseWrite undoes OpenWrite.
 func (s *Store) CloseWrite(real string) {
 	s.mu.Lock()

@@ -47,6 +47,8 @@ type Store struct {
 	dirLinks map[dlKey]uint32 // link counts of merged directories (see DirLinks)
 
 	gc sync.WaitGroup // background reclaim of dropped layers
+
+	watch watchers // see Watch
 }
 
 // Branch is one branch. Its fields are guarded by Store.mu.
@@ -666,6 +668,7 @@ func (s *Store) Abort(name string) error {
 	for _, d := range drop {
 		d.gone = true
 		delete(s.branches, d.Name)
+		s.Publish(Event{Branch: d.Name, All: true})
 	}
 	s.reclaimLocked()
 	return nil

@@ -61,7 +61,6 @@ func (t *TreeFiles) Commit(ctx context.Context, child string) ([]string, error) 
 	if err != nil {
 		return nil, err
 	}
-	t.fs.InvalidateAll()
 	return res.Stale, nil
 }
 

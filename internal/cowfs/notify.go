@@ -1,0 +1,196 @@
+package cowfs
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/arbor-dev/arbor/internal/store"
+	"github.com/hanwen/go-fuse/v2/fs"
+)
+
+// The kernel caches names, attributes and directory listings for
+// Config.CacheTTL. What changes through one view the kernel knows; every
+// other view that shows the same branch (the root, /@NAME, /@P/@NAME, in
+// this mount and in every other mount of the store) is told: the mounts
+// publish each change they make on the store (store.Event), the store
+// publishes its commits and aborts, and each mount's notifier turns the
+// events into FUSE invalidations of the entries and inodes its kernel
+// knows. Invalidations are sent from the notifier's goroutine, never from a
+// request: the kernel takes the directory's lock for them, which a request
+// in flight may hold.
+//
+// Two gaps are closed in the requests themselves: a lookup that overlaps an
+// event answers uncached (the invalidation may have come before its answer
+// reached the kernel), and a regular file open for writing anywhere is
+// answered uncached (passthrough writes reach no request).
+
+// defaultCacheTTL is Config.CacheTTL's default.
+const defaultCacheTTL = 30 * time.Second
+
+// maxQueued bounds the events waiting for a mount's notifier; past it they
+// are dropped and the notifier invalidates everything its kernel knows.
+const maxQueued = 4096
+
+// notifier is one mount's consumer of its store's events.
+type notifier struct {
+	ch       chan store.Event
+	overflow atomic.Bool
+	gen      atomic.Uint64 // events seen; see lookupGen
+	stop     func()
+	done     chan struct{}
+
+	mu    sync.Mutex          // guards views
+	views map[string]struct{} // paths of the /@NAME view roots looked up ("@a", "@a/@b")
+}
+
+func (f *FS) startNotifier() {
+	nt := &f.nt
+	nt.ch = make(chan store.Event, maxQueued)
+	nt.done = make(chan struct{})
+	nt.views = map[string]struct{}{}
+	nt.stop = f.st.Watch(f.enqueue)
+	go f.notifyLoop()
+}
+
+// stopNotifier stops the events and waits for the queued ones.
+func (f *FS) stopNotifier() {
+	f.nt.stop() // no enqueue runs after it returns
+	close(f.nt.ch)
+	<-f.nt.done
+}
+
+// enqueue is the store's callback: it must not block.
+func (f *FS) enqueue(ev store.Event) {
+	f.nt.gen.Add(1)
+	select {
+	case f.nt.ch <- ev:
+	default:
+		f.nt.overflow.Store(true)
+	}
+}
+
+// lookupGen is read by a lookup before it resolves; if it moved by the time
+// the lookup answers, the answer must not be cached.
+func (f *FS) lookupGen() uint64 { return f.nt.gen.Load() }
+
+func (f *FS) notifyLoop() {
+	defer close(f.nt.done)
+	for ev := range f.nt.ch {
+		if f.nt.overflow.Swap(false) {
+			f.invalidateEverything()
+			continue
+		}
+		f.apply(ev)
+	}
+}
+
+// addView records a view root at path (under the mount root) for viewsOf.
+func (f *FS) addView(path string) {
+	f.nt.mu.Lock()
+	f.nt.views[path] = struct{}{}
+	f.nt.mu.Unlock()
+}
+
+// viewsOf returns the view roots the kernel knows that show branch.
+func (f *FS) viewsOf(branch string) []*fs.Inode {
+	var out []*fs.Inode
+	if f.Current() == branch {
+		out = append(out, f.rootInode())
+	}
+	f.nt.mu.Lock()
+	defer f.nt.mu.Unlock()
+	for p := range f.nt.views {
+		if p[strings.LastIndexByte(p, '@')+1:] != branch {
+			continue
+		}
+		in := walk(f.rootInode(), p)
+		if in == nil {
+			delete(f.nt.views, p) // forgotten: a new lookup adds it back
+			continue
+		}
+		out = append(out, in)
+	}
+	return out
+}
+
+// walk follows rel from dir through the children the kernel knows.
+func walk(dir *fs.Inode, rel string) *fs.Inode {
+	for rel != "" && dir != nil {
+		name, rest, _ := strings.Cut(rel, "/")
+		dir, rel = dir.GetChild(name), rest
+	}
+	return dir
+}
+
+// apply invalidates what ev changed in every view but its origin.
+func (f *FS) apply(ev store.Event) {
+	for _, v := range f.viewsOf(ev.Branch) {
+		if ev.Origin == v {
+			continue
+		}
+		switch {
+		case ev.All:
+			f.invalidateView(v)
+		case ev.Path == "":
+			v.NotifyContent(0, 0)
+		default:
+			dirRel, name := "", ev.Path
+			if i := strings.LastIndexByte(ev.Path, '/'); i >= 0 {
+				dirRel, name = ev.Path[:i], ev.Path[i+1:]
+			}
+			dir := walk(v, dirRel)
+			if dir == nil {
+				continue // nothing of it is known to the kernel
+			}
+			if ev.Entry {
+				dir.NotifyEntry(name)
+				dir.NotifyContent(0, 0) // its attributes and cached listing
+			}
+			if c := dir.GetChild(name); c != nil {
+				c.NotifyContent(0, 0)
+			}
+		}
+	}
+}
+
+// invalidateView makes the kernel forget everything it knows under view root v.
+func (f *FS) invalidateView(v *fs.Inode) {
+	var rec func(in *fs.Inode)
+	rec = func(in *fs.Inode) {
+		for name, c := range in.Children() {
+			if name == ctlName || (in == v && strings.HasPrefix(name, "@")) {
+				continue // view roots of other branches have events of their own
+			}
+			rec(c)
+			in.NotifyEntry(name)
+		}
+		in.NotifyContent(0, 0)
+	}
+	rec(v)
+	if v == f.rootInode() {
+		f.invalidateRoot() // and the names the root answered as absent
+	}
+}
+
+// invalidateEverything is invalidateView of every view root.
+func (f *FS) invalidateEverything() {
+	f.nt.mu.Lock()
+	var views []*fs.Inode
+	for p := range f.nt.views {
+		if in := walk(f.rootInode(), p); in != nil {
+			views = append(views, in)
+		}
+	}
+	f.nt.mu.Unlock()
+	f.invalidateView(f.rootInode())
+	for _, v := range views {
+		f.invalidateView(v)
+	}
+}
+
+// changed publishes a change to rel of b made through n's view.
+func (n *node) changed(b *store.Branch, rel string, entry bool) {
+	n.fs.st.Publish(store.Event{Branch: b.Name, Path: rel, Entry: entry, Origin: n.root})
+}
