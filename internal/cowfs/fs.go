@@ -342,7 +342,8 @@ func (f *FS) Committed(res store.CommitResult, child string) {
 	}
 	f.mu.Unlock()
 	// The root changed only if it shows the child, the parent, or a branch
-	// the commit made stale.
+	// the commit made stale. It is invalidated here, before the commit
+	// returns; the other views by the events of the commit.
 	if cur == child || cur == res.Parent || slices.Contains(res.Stale, cur) {
 		f.invalidateRoot()
 	}
@@ -485,7 +486,7 @@ func (f *FS) viewInode(ctx context.Context, parent *node, name string, out *fuse
 	if &parent.Inode != f.rootInode() {
 		at = parent.Path(f.rootInode())
 	}
-	f.addView(join(at, "@"+name))
+	f.addView(join(at, "@"+name), name)
 	out.Attr.FromStat(sysStat(&st))
 	out.Attr.Ino = in.StableAttr().Ino
 	if f.st.IsStale(b) {

@@ -31,6 +31,9 @@ type node struct {
 	realIno   uint64               // for a regular file, the real file its descriptors are open on
 	handles   map[*handle]struct{} // open descriptors, for calls on an unlinked file
 	gone      bool                 // unlinked from this view
+	misses    map[string]struct{}  // for a view root, names it answered as absent (see missed)
+
+	born time.Time // when a lookup made it (see young)
 }
 
 func (n *node) addHandle(h *handle) {
@@ -181,7 +184,7 @@ func (n *node) child(ctx context.Context, name string, res store.Res, st *unix.S
 	}
 	b, _ := n.branch()
 	gen := viewGen(b, n.at, st, res)
-	c := &node{fs: n.fs, br: b, root: n.root, at: n.at, realIno: st.Ino}
+	c := &node{fs: n.fs, br: b, root: n.root, at: n.at, realIno: st.Ino, born: time.Now()}
 	in := n.NewInode(ctx, c, fs.StableAttr{Mode: st.Mode & unix.S_IFMT, Ino: ino, Gen: gen})
 	out.Attr.FromStat(sysStat(st))
 	out.Attr.Ino = ino
@@ -249,7 +252,11 @@ func (n *node) lookupAny(ctx context.Context, name string, out *fuse.EntryOut) (
 	}
 	atRoot := n.br == nil && &n.Inode == n.root
 	if !atRoot {
-		return n.lookup(ctx, name, out)
+		in, e := n.lookup(ctx, name, out)
+		if e == syscall.ENOENT && &n.Inode == n.root {
+			n.missed(name, out) // an /@NAME view root
+		}
+		return in, e
 	}
 	// The root shows the current branch; a switch or commit may land while
 	// this lookup runs, after invalidateRoot looked at what the kernel
@@ -300,6 +307,17 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if e != 0 {
 		if h := n.anyHandle(); h != nil && e == syscall.ENOENT {
 			return h.Getattr(ctx, out)
+		}
+		if e == syscall.ESTALE && n.at && &n.Inode == n.root {
+			// A stale branch's view root stays reachable, so that its
+			// control file can abort it: it shows as the base directory.
+			if err := unix.Lstat(n.fs.st.Base(), &st); err != nil {
+				return errno(err)
+			}
+			out.Attr.FromStat(sysStat(&st))
+			out.Attr.Ino = n.StableAttr().Ino
+			out.SetTimeout(time.Nanosecond)
+			return 0
 		}
 		return e
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/arbor-dev/arbor/internal/store"
 	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // The kernel caches names, attributes and directory listings for
@@ -41,15 +42,15 @@ type notifier struct {
 	stop     func()
 	done     chan struct{}
 
-	mu    sync.Mutex          // guards views
-	views map[string]struct{} // paths of the /@NAME view roots looked up ("@a", "@a/@b")
+	mu    sync.Mutex        // guards views
+	views map[string]string // the /@NAME view roots looked up: path ("@a", "@a/@b") -> branch
 }
 
 func (f *FS) startNotifier() {
 	nt := &f.nt
 	nt.ch = make(chan store.Event, maxQueued)
 	nt.done = make(chan struct{})
-	nt.views = map[string]struct{}{}
+	nt.views = map[string]string{}
 	nt.stop = f.st.Watch(f.enqueue)
 	go f.notifyLoop()
 }
@@ -86,10 +87,10 @@ func (f *FS) notifyLoop() {
 	}
 }
 
-// addView records a view root at path (under the mount root) for viewsOf.
-func (f *FS) addView(path string) {
+// addView records a view root of branch at path (under the mount root) for viewsOf.
+func (f *FS) addView(path, branch string) {
 	f.nt.mu.Lock()
-	f.nt.views[path] = struct{}{}
+	f.nt.views[path] = branch
 	f.nt.mu.Unlock()
 }
 
@@ -101,8 +102,8 @@ func (f *FS) viewsOf(branch string) []*fs.Inode {
 	}
 	f.nt.mu.Lock()
 	defer f.nt.mu.Unlock()
-	for p := range f.nt.views {
-		if p[strings.LastIndexByte(p, '@')+1:] != branch {
+	for p, b := range f.nt.views {
+		if b != branch {
 			continue
 		}
 		in := walk(f.rootInode(), p)
@@ -144,11 +145,18 @@ func (f *FS) apply(ev store.Event) {
 			if dir == nil {
 				continue // nothing of it is known to the kernel
 			}
-			if ev.Entry {
+			c := dir.GetChild(name)
+			if ev.Entry || (c != nil && young(c)) {
+				// An entry invalidation waits for the directory's lock,
+				// which a lookup holds until its answer is in: a lookup
+				// that made c just now may not have answered yet, and an
+				// inode invalidation would then miss what it caches.
 				dir.NotifyEntry(name)
+			}
+			if ev.Entry {
 				dir.NotifyContent(0, 0) // its attributes and cached listing
 			}
-			if c := dir.GetChild(name); c != nil {
+			if c != nil {
 				c.NotifyContent(0, 0)
 			}
 		}
@@ -171,7 +179,53 @@ func (f *FS) invalidateView(v *fs.Inode) {
 	rec(v)
 	if v == f.rootInode() {
 		f.invalidateRoot() // and the names the root answered as absent
+		return
 	}
+	if vn, ok := v.Operations().(*node); ok {
+		for _, name := range vn.takeMisses() {
+			v.NotifyEntry(name)
+		}
+	}
+	// And the view root's own name: an aborted branch's is gone.
+	if name, parent := v.Parent(); parent != nil {
+		parent.NotifyEntry(name)
+	}
+}
+
+// youngAge: a node made this recently may come from a lookup whose answer
+// is still on its way to the kernel.
+const youngAge = time.Second
+
+func young(in *fs.Inode) bool {
+	n, ok := in.Operations().(*node)
+	return ok && time.Since(n.born) < youngAge
+}
+
+// missed records that the view root n answered name as absent, which the
+// kernel caches: an invalidation of the whole view must reach it. Past
+// maxRootNeg names n answers absent names uncached instead.
+func (n *node) missed(name string, out *fuse.EntryOut) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.misses) >= maxRootNeg {
+		out.SetEntryTimeout(time.Nanosecond)
+		return
+	}
+	if n.misses == nil {
+		n.misses = map[string]struct{}{}
+	}
+	n.misses[name] = struct{}{}
+}
+
+func (n *node) takeMisses() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]string, 0, len(n.misses))
+	for name := range n.misses {
+		out = append(out, name)
+	}
+	n.misses = nil
+	return out
 }
 
 // invalidateEverything is invalidateView of every view root.

@@ -135,3 +135,71 @@ func BenchmarkAbort(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDepth forks, commits (1 KB, into its parent, not durable) and
+// aborts a branch whose parent is at depth 1 or 64 (every level holding a
+// change; commit and abort at depth 2 and 65, under a fresh parent each
+// time): the target is depth 64 within 1.2x of depth 1.
+func BenchmarkDepth(b *testing.B) {
+	for _, depth := range []int{1, 64} {
+		setup := func(b *testing.B) (*fixture, string) {
+			f := newFixture(b, baseOf(100))
+			parent := Main
+			for i := 1; i <= depth; i++ {
+				name := fmt.Sprintf("level-%d", i)
+				f.fork(parent, name)
+				f.write(f.br(name), fmt.Sprintf(".level-%d", i), "level")
+				parent = name
+			}
+			return f, parent
+		}
+		b.Run(fmt.Sprintf("fork/depth=%d", depth), func(b *testing.B) {
+			f, parent := setup(b)
+			i := 0
+			var lat latencies
+			defer func() { lat.report(b) }()
+			for b.Loop() {
+				name := fmt.Sprintf("c%d", i)
+				i++
+				var err error
+				lat.time(func() { err = f.s.Fork(parent, name) })
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		for _, verb := range []string{"commit", "abort"} {
+			b.Run(fmt.Sprintf("%s/depth=%d", verb, depth), func(b *testing.B) {
+				f, parent := setup(b)
+				i := 0
+				var lat latencies
+				defer func() { lat.report(b) }()
+				for b.Loop() {
+					// A fresh parent each time: a commit into a branch
+					// adds the child's layer to the parent's chain.
+					b.StopTimer()
+					p, name := fmt.Sprintf("p%d", i), fmt.Sprintf("c%d", i)
+					i++
+					f.fork(parent, p)
+					f.fork(p, name)
+					f.write(f.br(name), fmt.Sprintf("new/%d", i), kb)
+					b.StartTimer()
+					var err error
+					if verb == "commit" {
+						lat.time(func() { _, err = f.s.Commit(name, false) })
+					} else {
+						lat.time(func() { err = f.s.Abort(name) })
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.StopTimer()
+					if err := f.s.Abort(p); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+			})
+		}
+	}
+}

@@ -90,13 +90,22 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 		}
 		c.gone = true
 		s.publishCommit(p.Name, c.Name, ownPaths(c), res.Stale)
+		// p holds c's chain now, c nothing, the stale ones nothing.
+		s.hold(p)
+		freed := s.releaseLayers(refLayersOf(oldChain, p.snap), nil)
+		freed = s.release(c, freed)
+		for _, d := range stale {
+			freed = s.release(d, freed)
+		}
 		if durable {
 			if err := s.db.Sync(); err != nil {
+				delete(s.branches, c.Name)
+				s.free(freed)
 				return res, fmt.Errorf("commit %s: sync: %w", child, err)
 			}
 		}
 		delete(s.branches, c.Name)
-		s.reclaimLocked()
+		s.free(freed)
 		return res, nil
 	}
 	ops, err := s.plan(c)
@@ -171,12 +180,22 @@ func (s *Store) finishMain(child string, durable bool) error {
 			return err
 		}
 	}
+	var freed []*layer
 	if c := s.branches[child]; c != nil {
 		c.gone = true
+		freed = s.release(c, freed)
+	}
+	for _, b := range stale {
+		freed = s.release(b, freed)
 	}
 	delete(s.branches, child)
-	s.reclaimLocked()
+	s.free(freed)
 	return nil
+}
+
+// refLayersOf is Branch.refLayers of a chain and snapshot.
+func refLayersOf(chain []*layer, snap *layer) []*layer {
+	return (&Branch{chain: chain, snap: snap}).refLayers()
 }
 
 // plan lists the steps that make the base show child's view, in path order

@@ -426,6 +426,9 @@ func TestModel(t *testing.T) {
 			if got := len(f.s.Branches()); got != len(m.br) {
 				rt.Fatalf("store has %d branches, model %d", got, len(m.br))
 			}
+			if err := f.s.checkRefs(); err != nil {
+				rt.Fatalf("after %s %s:%s: %v", op, name, path, err)
+			}
 			if d := diffMaps(baseView(base), m.br[Main].files); d != "" {
 				rt.Fatalf("after %s %s:%s: the base differs: %s", op, name, path, d)
 			}

@@ -96,7 +96,7 @@ type record struct {
 	ID       uint64   `json:"id"`
 	Name     string   `json:"name"`
 	Parent   string   `json:"parent,omitempty"`
-	Chain    []uint64 `json:"chain"`
+	Chain    chainIDs `json:"chain"`
 	ForkHead uint64   `json:"fork_head,omitempty"`
 	ForkGen  uint64   `json:"fork_gen,omitempty"`
 	Snap     uint64   `json:"snap,omitempty"`
@@ -205,6 +205,11 @@ func (s *Store) load() error {
 			b.snap = s.layerFor(r.Snap, 1)
 		}
 		s.branches[b.Name] = b
+	}
+	for _, b := range s.branches {
+		if !b.stale {
+			s.hold(b)
+		}
 	}
 	for _, l := range s.layers {
 		if err := s.indexLayer(l); err != nil {
@@ -463,8 +468,12 @@ func (s *Store) Fork(parent string, children ...string) error {
 		s.nextID, p.gen, p.chain = saveNext, saveGen, oldChain
 		return fmt.Errorf("fork %s: %w", parent, err)
 	}
+	if len(p.chain) > len(oldChain) {
+		p.head().refs++ // p's new head
+	}
 	for _, b := range made {
 		s.branches[b.Name] = b
+		s.hold(b)
 	}
 	s.keepWriters(p, oldChain, snap)
 	return nil
@@ -624,22 +633,25 @@ func (s *Store) onlyKept(l *layer, live func(rel string) string) bool {
 // committed away and whose parent's name was then reused does not become
 // the child of the new branch of that name.
 func (s *Store) descendants(b *Branch) []*Branch {
-	// Breadth first from b over a children map made in one pass: O(branches),
-	// not O(branches × depth).
-	kids := map[string][]*Branch{}
-	for _, c := range s.branches {
-		if c != b && c.Parent != "" {
-			kids[c.Parent] = append(kids[c.Parent], c)
-		}
-	}
+	// One pass over the branches per generation of descendants, with no
+	// map of every branch's children: O(branches × generations), and a
+	// branch rarely has grandchildren.
 	var out []*Branch
-	for q := []*Branch{b}; len(q) > 0; q = q[1:] {
-		for _, c := range kids[q[0].Name] {
-			if c.ID > q[0].ID {
-				out = append(out, c)
-				q = append(q, c)
+	in := map[string]uint64{b.Name: b.ID} // the subtree's names so far, with their IDs
+	for gen := []*Branch{b}; len(gen) > 0; {
+		var next []*Branch
+		for _, c := range s.branches {
+			if pid, ok := in[c.Parent]; ok && c != b && c.ID > pid {
+				if _, seen := in[c.Name]; !seen {
+					next = append(next, c)
+				}
 			}
 		}
+		for _, c := range next {
+			in[c.Name] = c.ID
+		}
+		out = append(out, next...)
+		gen = next
 	}
 	return out
 }
@@ -665,12 +677,16 @@ func (s *Store) Abort(name string) error {
 	if err := s.save(nil, names, nil); err != nil {
 		return fmt.Errorf("abort %s: %w", name, err)
 	}
+	var freed []*layer
 	for _, d := range drop {
 		d.gone = true
 		delete(s.branches, d.Name)
+		if !d.stale {
+			freed = s.release(d, freed)
+		}
 		s.Publish(Event{Branch: d.Name, All: true})
 	}
-	s.reclaimLocked()
+	s.free(freed)
 	return nil
 }
 
@@ -688,6 +704,57 @@ func (s *Store) Subtree(name string) []string {
 		out = append(out, d.Name)
 	}
 	return out
+}
+
+// Layers are reference counted: layer.refs is the number of live branches
+// (not stale, not gone) whose chain or snapshot holds it, kept by hold and
+// release, so that a commit or an abort frees what it dropped in time of the
+// chains it touched, not of every branch's chain (reclaimLocked, at Open).
+
+// refLayers are the layers b holds: its chain, and its snapshot.
+func (b *Branch) refLayers() []*layer {
+	if b.snap != nil && (len(b.chain) == 0 || b.chain[0] != b.snap) {
+		return append(append([]*layer(nil), b.chain...), b.snap)
+	}
+	return b.chain
+}
+
+// hold counts b's references.
+func (s *Store) hold(b *Branch) {
+	for _, l := range b.refLayers() {
+		l.refs++
+	}
+}
+
+// release drops the references of b (or of layers that b held) and appends
+// the layers left unreferenced to freed.
+func (s *Store) release(b *Branch, freed []*layer) []*layer {
+	return s.releaseLayers(b.refLayers(), freed)
+}
+
+func (s *Store) releaseLayers(ls []*layer, freed []*layer) []*layer {
+	for _, l := range ls {
+		if l.refs--; l.refs <= 0 {
+			freed = append(freed, l)
+		}
+	}
+	return freed
+}
+
+// free removes the layers of freed still unreferenced from the index; their
+// directories are removed in the background (and at Open, if a crash comes
+// first: no record names them).
+func (s *Store) free(freed []*layer) {
+	for _, l := range freed {
+		if l.refs > 0 || s.layers[l.id] != l {
+			continue
+		}
+		delete(s.layers, l.id)
+		s.unindexLayer(l)
+		if l.made {
+			s.removeLater(l.dir)
+		}
+	}
 }
 
 // reclaim removes layers no branch references (at Open).
