@@ -146,11 +146,13 @@ func (f *FS) apply(ev store.Event) {
 				continue // nothing of it is known to the kernel
 			}
 			c := dir.GetChild(name)
-			if ev.Entry || (c != nil && young(c)) {
+			if ev.Entry || (c != nil && ev.Origin != nil && young(c)) {
 				// An entry invalidation waits for the directory's lock,
 				// which a lookup holds until its answer is in: a lookup
 				// that made c just now may not have answered yet, and an
-				// inode invalidation would then miss what it caches.
+				// inode invalidation would then miss what it caches. (Not
+				// for a writer's release, Origin nil: lookups were
+				// answered uncached while it wrote.)
 				dir.NotifyEntry(name)
 			}
 			if ev.Entry {

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
@@ -66,7 +65,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := lockHeld(lock, cfg.Home, 10*time.Second); err != nil {
 		return api.Errorf(api.ErrBusy, "daemon: another arbord runs with home %s", cfg.Home)
 	}
 

@@ -1,0 +1,129 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// A daemon killed with SIGKILL can stay alive, holding its lock, while one
+// of its threads waits in the kernel: a FUSE invalidation waits for a
+// directory lock that a client holds while it waits for an answer the dead
+// server will never send. Aborting the mounts' FUSE connections ends the
+// wait; the kernel does it only when the process has exited. So a new
+// daemon whose lock is held by a dying one (SIGKILL pending) aborts the
+// connections of the mounts under its home (the trees' and those in
+// mounts.json), and takes the lock once the old one is gone.
+
+// lockHeld takes the home's lock, freeing it from a dying daemon if need be,
+// waiting up to wait for it to go.
+func lockHeld(lock *os.File, home string, wait time.Duration) error {
+	fd := int(lock.Fd())
+	deadline := time.Now().Add(wait)
+	aborted := false
+	for {
+		err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		pid, ok := lockHolder(lock)
+		if !ok || !dying(pid) || time.Now().After(deadline) {
+			return err
+		}
+		if !aborted {
+			abortMounts(home)
+			aborted = true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lockHolder is the pid holding a flock on f, from /proc/locks.
+func lockHolder(f *os.File) (int, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return 0, false
+	}
+	data, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return 0, false
+	}
+	// "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"
+	want := fmt.Sprintf(":%d", st.Ino)
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 6 || fs[1] != "FLOCK" || !strings.HasSuffix(fs[5], want) {
+			continue
+		}
+		if pid, err := strconv.Atoi(fs[4]); err == nil && pid != os.Getpid() {
+			return pid, true
+		}
+	}
+	return 0, false
+}
+
+// dying reports whether pid has SIGKILL pending (it is being killed).
+func dying(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "SigPnd" && k != "ShdPnd") {
+			continue
+		}
+		if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && mask&(1<<(syscall.SIGKILL-1)) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// abortMounts aborts the FUSE connections of the mounts under home and of
+// those remembered in home/mounts.json.
+func abortMounts(home string) {
+	points := []string{home}
+	if data, err := os.ReadFile(filepath.Join(home, "mounts.json")); err == nil {
+		var recs []struct {
+			Mountpoint string `json:"mountpoint"`
+		}
+		if json.Unmarshal(data, &recs) == nil {
+			for _, r := range recs {
+				points = append(points, r.Mountpoint)
+			}
+		}
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := f[4]
+		under := false
+		for _, p := range points {
+			if mp == p || strings.HasPrefix(mp, p+"/") {
+				under = true
+			}
+		}
+		var major, minor uint64
+		if !under || !strings.Contains(line, " - fuse.branchfs ") {
+			continue
+		}
+		if _, err := fmt.Sscanf(f[2], "%d:%d", &major, &minor); err == nil {
+			os.WriteFile(fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", major<<20|minor), []byte("1"), 0)
+		}
+	}
+}
