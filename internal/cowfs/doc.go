@@ -14,11 +14,16 @@
 //
 // As root, opened files are served by FUSE passthrough: the kernel does the
 // data I/O on our file descriptor and the daemon sees no reads or writes.
-// The kernel keeps one backing file per FUSE inode, so an open that needs
-// the branch's copy while a descriptor on the lower copy of the same inode is
-// still open waits up to a second for it to close, then fails with ETXTBSY.
+// The kernel keeps one backing file per FUSE inode, so an open that finds a
+// new real file (a copy-up) while descriptors on the old one are open
+// answers ESTALE, and the kernel looks the path up again into a new inode.
 // A branch with a quota is served without passthrough, so that its writes can
 // be counted.
+//
+// The kernel caches names, attributes and listings (30 s by default, and
+// directories open without an OPENDIR: rawdir.go); every change made through
+// one view is sent as an invalidation to every other view of the branch, in
+// every mount of the store (notify.go).
 //
 // Locking: FS.mu guards the current branch of the mount; each node's handle
 // counts are guarded by node.mu. The store's own lock makes each operation
