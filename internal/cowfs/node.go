@@ -126,16 +126,26 @@ func (n *node) resolve() (*store.Branch, string, store.Res, syscall.Errno) {
 	return n.resolveStat(nil)
 }
 
-// resolveStat is resolve that also lstats the result into st, if not nil.
-func (n *node) resolveStat(st *unix.Stat_t) (*store.Branch, string, store.Res, syscall.Errno) {
+// where is the node's branch and path in it, unresolved.
+func (n *node) where() (*store.Branch, string, syscall.Errno) {
 	b, err := n.branch()
 	if err != nil {
-		return nil, "", store.Res{}, errno(err)
+		return nil, "", errno(err)
 	}
 	rel := n.rel()
 	if strings.HasPrefix(rel, ".go-fuse") || strings.Contains(rel, "/.go-fuse.") {
-		return nil, "", store.Res{}, syscall.ENOENT // orphaned by a switch or a commit
+		return nil, "", syscall.ENOENT // orphaned by a switch or a commit
 	}
+	return b, rel, 0
+}
+
+// resolveStat is resolve that also lstats the result into st, if not nil.
+func (n *node) resolveStat(st *unix.Stat_t) (*store.Branch, string, store.Res, syscall.Errno) {
+	b, rel, e := n.where()
+	if e != 0 {
+		return nil, "", store.Res{}, e
+	}
+	var err error
 	var res store.Res
 	if st != nil {
 		res, err = n.fs.st.ResolveStat(b, rel, st)
@@ -423,16 +433,17 @@ func setattrPath(ctx context.Context, real string, in *fuse.SetAttrIn, nofollow 
 const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	b, rel, res, e := n.resolve()
+	b, rel, e := n.where()
 	if e != 0 {
 		return nil, 0, e
 	}
 	flags &^= syscall.O_CREAT | syscall.O_EXCL
 	write := flags&writeFlags != 0
-	fd, real, err := n.fs.st.OpenFile(b, rel, int(flags), 0, false)
+	fd, res, err := n.fs.st.OpenFile(b, rel, int(flags), 0, false)
 	if err != nil {
 		return nil, 0, errno(err)
 	}
+	real := res.Real
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		n.fs.abandon(fd, real, write)
@@ -525,10 +536,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno(err)
 	}
 	rel := n.childRel(name)
-	fd, real, err := n.fs.st.OpenFile(b, rel, int(flags), mode, true)
+	fd, made, err := n.fs.st.OpenFile(b, rel, int(flags), mode, true)
 	if err != nil {
 		return nil, nil, 0, errno(err)
 	}
+	real := made.Real
 	write := int(flags)&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0
 	n.changed(b, rel, true)
 	owner(ctx, real, real[:strings.LastIndexByte(real, '/')])

@@ -515,46 +515,57 @@ func (s *Store) QuotaOf(b *Branch) int64 {
 // the flags write, and counts a writing descriptor (see OpenWrite) in the
 // same critical section, so that no fork can come between the copy-up and
 // the count. With create, rel must not exist and is made with mode. It
-// returns the descriptor and the real path it is open on.
-func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create bool) (int, string, error) {
+// returns the descriptor and what rel resolved to, Real being the real path
+// the descriptor is open on (after a copy-up, the branch's own copy).
+func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create bool) (int, Res, error) {
 	write := flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0
+	if !write && !create {
+		// A read-only open changes nothing: shared with lookups.
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		res, err := s.resolve(b, rel, len(b.chain))
+		if err != nil {
+			return -1, Res{}, err
+		}
+		fd, err := unix.Open(res.Real, flags&^(unix.O_CREAT|unix.O_EXCL)|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, Res{}, err
+		}
+		return fd, res, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fd := -1
-	var real string
+	var res Res
 	if create {
 		if err := checkName(rel); err != nil {
-			return -1, "", err
+			return -1, Res{}, err
 		}
 		err := s.create(b, rel, false, func(r string) error {
 			var err error
 			fd, err = unix.Open(r, flags|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
-			real = r
+			res = Res{Real: r, Kind: kFile, Depth: len(b.chain)}
 			return err
 		})
 		if err != nil {
 			if fd >= 0 {
 				unix.Close(fd)
 			}
-			return -1, "", err
+			return -1, Res{}, err
 		}
 	} else {
-		res, err := s.resolve(b, rel, len(b.chain))
-		if err != nil {
-			return -1, "", err
+		var err error
+		if res, err = s.resolve(b, rel, len(b.chain)); err != nil {
+			return -1, Res{}, err
 		}
-		real = res.Real
-		if write {
-			if real, err = s.copyUp(b, rel); err != nil {
-				return -1, "", err
-			}
+		if res.Real, err = s.copyUp(b, rel); err != nil {
+			return -1, Res{}, err
 		}
-		if fd, err = unix.Open(real, flags&^(unix.O_CREAT|unix.O_EXCL)|unix.O_CLOEXEC, 0); err != nil {
-			return -1, "", err
+		res.Lower, res.Depth = false, len(b.chain)
+		if fd, err = unix.Open(res.Real, flags&^(unix.O_CREAT|unix.O_EXCL)|unix.O_CLOEXEC, 0); err != nil {
+			return -1, Res{}, err
 		}
 	}
-	if write {
-		s.writers[real]++
-	}
-	return fd, real, nil
+	s.writers[res.Real]++
+	return fd, res, nil
 }

@@ -76,7 +76,8 @@ func TestRegressionOpenWriteWindow(t *testing.T) {
 	f.fork(Main, "p")
 	p := f.br("p")
 	f.write(p, "f", "p1!")
-	fd, real, err := f.s.OpenFile(p, "f", unix.O_WRONLY, 0, false)
+	fd, res, err := f.s.OpenFile(p, "f", unix.O_WRONLY, 0, false)
+	real := res.Real
 	if err != nil {
 		t.Fatal(err)
 	}
