@@ -99,11 +99,13 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 		}
 		if durable {
 			if err := s.db.Sync(); err != nil {
+				s.unlink(c)
 				delete(s.branches, c.Name)
 				s.free(freed)
 				return res, fmt.Errorf("commit %s: sync: %w", child, err)
 			}
 		}
+		s.unlink(c)
 		delete(s.branches, c.Name)
 		s.free(freed)
 		return res, nil
@@ -187,6 +189,9 @@ func (s *Store) finishMain(child string, durable bool) error {
 	}
 	for _, b := range stale {
 		freed = s.release(b, freed)
+	}
+	if c := s.branches[child]; c != nil {
+		s.unlink(c)
 	}
 	delete(s.branches, child)
 	s.free(freed)

@@ -70,6 +70,7 @@ type Branch struct {
 	stale     bool
 	gone      bool // aborted or committed: a handle still held fails with ESTALE
 	Quota     int64
+	kids      []*Branch // the children forked from it, while they last (see unlink)
 }
 
 // IsStale reports whether the branch lost a commit race (or is gone).
@@ -209,6 +210,11 @@ func (s *Store) load() error {
 	for _, b := range s.branches {
 		if !b.stale {
 			s.hold(b)
+		}
+		// A parent of the same name made later (after its namesake was
+		// committed or aborted) is not this one's: IDs grow.
+		if p := s.branches[b.Parent]; p != nil && b.Parent != "" && p.ID < b.ID {
+			p.kids = append(p.kids, b)
 		}
 	}
 	for _, l := range s.layers {
@@ -475,6 +481,7 @@ func (s *Store) Fork(parent string, children ...string) error {
 		s.branches[b.Name] = b
 		s.hold(b)
 	}
+	p.kids = append(p.kids, made...)
 	s.keepWriters(p, oldChain, snap)
 	return nil
 }
@@ -633,27 +640,28 @@ func (s *Store) onlyKept(l *layer, live func(rel string) string) bool {
 // committed away and whose parent's name was then reused does not become
 // the child of the new branch of that name.
 func (s *Store) descendants(b *Branch) []*Branch {
-	// One pass over the branches per generation of descendants, with no
-	// map of every branch's children: O(branches × generations), and a
-	// branch rarely has grandchildren.
+	// Breadth first over the children lists: O(subtree), whatever the
+	// number of branches.
 	var out []*Branch
-	in := map[string]uint64{b.Name: b.ID} // the subtree's names so far, with their IDs
-	for gen := []*Branch{b}; len(gen) > 0; {
-		var next []*Branch
-		for _, c := range s.branches {
-			if pid, ok := in[c.Parent]; ok && c != b && c.ID > pid {
-				if _, seen := in[c.Name]; !seen {
-					next = append(next, c)
-				}
-			}
-		}
-		for _, c := range next {
-			in[c.Name] = c.ID
-		}
-		out = append(out, next...)
-		gen = next
+	for q := []*Branch{b}; len(q) > 0; q = q[1:] {
+		out = append(out, q[0].kids...)
+		q = append(q, q[0].kids...)
 	}
 	return out
+}
+
+// unlink removes b from its parent's children (b is committed or aborted).
+func (s *Store) unlink(b *Branch) {
+	p := s.branches[b.Parent]
+	if p == nil {
+		return
+	}
+	for i, c := range p.kids {
+		if c == b {
+			p.kids = append(p.kids[:i:i], p.kids[i+1:]...)
+			return
+		}
+	}
 }
 
 // Abort drops the branch and its subtree. It returns at once; the layers are
@@ -677,6 +685,7 @@ func (s *Store) Abort(name string) error {
 	if err := s.save(nil, names, nil); err != nil {
 		return fmt.Errorf("abort %s: %w", name, err)
 	}
+	s.unlink(b)
 	var freed []*layer
 	for _, d := range drop {
 		d.gone = true
