@@ -345,7 +345,7 @@ func (f *FS) Committed(res store.CommitResult, child string) {
 	// the commit made stale. It is invalidated here, before the commit
 	// returns; the other views by the events of the commit.
 	if cur == child || cur == res.Parent || slices.Contains(res.Stale, cur) {
-		f.invalidateRoot()
+		f.invalidateRootNames(cur == child)
 	}
 }
 
@@ -400,7 +400,14 @@ func (f *FS) Aborted(dropped []string, parent string) {
 // takes no lock a FUSE request holds, and the kernel takes only the root
 // directory's lock, which no control write holds, so it may run inside a
 // request on the control file.
-func (f *FS) invalidateRoot() {
+func (f *FS) invalidateRoot() { f.invalidateRootNames(true) }
+
+// invalidateRootNames is invalidateRoot; with detach it also drops the
+// root's children from go-fuse's tree (they show the branch the root
+// showed: after a switch a lookup must make new ones). Without it (the root
+// still shows the same branch) the nodes stay, so that a request the kernel
+// sends on one before the invalidation lands still resolves.
+func (f *FS) invalidateRootNames(detach bool) {
 	r := f.rootInode()
 	f.mu.Lock()
 	f.rootGen++
@@ -426,7 +433,9 @@ func (f *FS) invalidateRoot() {
 		}
 	}
 	for name := range names {
-		r.RmChild(name)
+		if detach {
+			r.RmChild(name)
+		}
 		r.NotifyEntry(name)
 	}
 	r.NotifyContent(0, 0)

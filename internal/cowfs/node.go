@@ -134,7 +134,7 @@ func (n *node) where() (*store.Branch, string, syscall.Errno) {
 	}
 	rel := n.rel()
 	if strings.HasPrefix(rel, ".go-fuse") || strings.Contains(rel, "/.go-fuse.") {
-		return nil, "", syscall.ENOENT // orphaned by a switch or a commit
+		return nil, "", syscall.ENOENT // orphaned: unlinked while open, or by a switch
 	}
 	return b, rel, 0
 }

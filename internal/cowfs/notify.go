@@ -180,7 +180,7 @@ func (f *FS) invalidateView(v *fs.Inode) {
 	}
 	rec(v)
 	if v == f.rootInode() {
-		f.invalidateRoot() // and the names the root answered as absent
+		f.invalidateRootNames(false) // and the names the root answered as absent
 		return
 	}
 	if vn, ok := v.Operations().(*node); ok {

@@ -1,6 +1,7 @@
 package cowfs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -222,4 +223,72 @@ func TestCommitAndAbortReachViews(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the aborted view", exists(filepath.Join(x, "mine"), false))
+}
+
+// TestNotifierOverflow: past maxQueued events waiting, a mount's notifier
+// drops them and invalidates everything its kernel knows instead; no view
+// is left stale.
+func TestNotifierOverflow(t *testing.T) {
+	st := newStore(t, func(b string) { os.WriteFile(filepath.Join(b, "f"), []byte("base"), 0o644) })
+	if err := st.Fork(store.Main, "b"); err != nil {
+		t.Fatal(err)
+	}
+	f2, m2 := mountStore(t, st, "b", hour)
+	_, m1 := mountStore(t, st, "b", hour)
+	seen := filepath.Join(m2, "f")
+	os.Lstat(seen)
+	os.Lstat(filepath.Join(m2, "new"))
+	// Flood the queue, then change f and make new through the other mount.
+	for i := range 2 * maxQueued {
+		st.Publish(store.Event{Branch: "elsewhere", Path: fmt.Sprint("x", i)})
+	}
+	if err := os.WriteFile(filepath.Join(m1, "f"), []byte("changed in b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(m1, "new"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "f after the flood", sizeIs(seen, int64(len("changed in b"))))
+	eventually(t, "new after the flood", exists(filepath.Join(m2, "new"), true))
+	if f2.nt.overflow.Load() {
+		t.Log("still flagged: the notifier has not reached the flag yet")
+	}
+}
+
+// TestPartialListings: directories whose listing a reader stops reading
+// early (past maxDirReads of them) leave no handle behind that breaks a
+// later listing, and every full listing is whole.
+func TestPartialListings(t *testing.T) {
+	const dirs, per = maxDirReads + 44, 40
+	st := newStore(t, func(b string) {
+		for d := range dirs {
+			dir := filepath.Join(b, fmt.Sprint("d", d))
+			os.Mkdir(dir, 0o755)
+			for i := range per {
+				os.WriteFile(filepath.Join(dir, fmt.Sprint("f", i)), nil, 0o644)
+			}
+		}
+	})
+	_, mnt := mountStore(t, st, store.Main, hour)
+	buf := make([]byte, 512) // a few entries only
+	var fds []int
+	for d := range dirs {
+		fd, err := unix.Open(filepath.Join(mnt, fmt.Sprint("d", d)), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := unix.Getdents(fd, buf); err != nil || n == 0 {
+			t.Fatalf("getdents d%d: %d %v", d, n, err)
+		}
+		fds = append(fds, fd)
+	}
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	for d := range dirs {
+		ents, err := os.ReadDir(filepath.Join(mnt, fmt.Sprint("d", d)))
+		if err != nil || len(ents) != per {
+			t.Fatalf("d%d: %d entries, %v; want %d", d, len(ents), err, per)
+		}
+	}
 }
