@@ -240,9 +240,13 @@ func viewGen(b *store.Branch, at bool, st *unix.Stat_t, res store.Res) uint64 {
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	gen := n.fs.lookupGen()
+	branch := ""
+	if b, err := n.branch(); err == nil {
+		branch = b.Name
+	}
+	gen := n.fs.lookupGen(branch)
 	in, e := n.lookupAny(ctx, name, out)
-	if n.fs.lookupGen() != gen {
+	if n.fs.lookupGen(branch) != gen {
 		// A change was published meanwhile; its invalidation may reach the
 		// kernel before this answer does.
 		out.SetEntryTimeout(time.Nanosecond)

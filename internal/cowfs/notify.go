@@ -38,7 +38,7 @@ const maxQueued = 4096
 type notifier struct {
 	ch       chan store.Event
 	overflow atomic.Bool
-	gen      atomic.Uint64 // events seen; see lookupGen
+	gens     [genStripes]atomic.Uint64 // events seen, by stripe of their branch; see lookupGen
 	stop     func()
 	done     chan struct{}
 
@@ -64,7 +64,7 @@ func (f *FS) stopNotifier() {
 
 // enqueue is the store's callback: it must not block.
 func (f *FS) enqueue(ev store.Event) {
-	f.nt.gen.Add(1)
+	f.nt.gens[stripe(ev.Branch)].Add(1)
 	select {
 	case f.nt.ch <- ev:
 	default:
@@ -72,9 +72,21 @@ func (f *FS) enqueue(ev store.Event) {
 	}
 }
 
-// lookupGen is read by a lookup before it resolves; if it moved by the time
-// the lookup answers, the answer must not be cached.
-func (f *FS) lookupGen() uint64 { return f.nt.gen.Load() }
+// lookupGen is read by a lookup of branch before it resolves; if it moved
+// by the time the lookup answers, an event of that branch (or of one sharing
+// its stripe) came meanwhile, and the answer must not be cached. Striped, so
+// that writes in one branch leave the lookups of the others cached.
+func (f *FS) lookupGen(branch string) uint64 { return f.nt.gens[stripe(branch)].Load() }
+
+const genStripes = 64
+
+func stripe(branch string) int {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(branch); i++ {
+		h = (h ^ uint32(branch[i])) * 16777619
+	}
+	return int(h % genStripes)
+}
 
 func (f *FS) notifyLoop() {
 	defer close(f.nt.done)
@@ -146,13 +158,14 @@ func (f *FS) apply(ev store.Event) {
 				continue // nothing of it is known to the kernel
 			}
 			c := dir.GetChild(name)
-			if ev.Entry || (c != nil && ev.Origin != nil && young(c)) {
+			if ev.Entry || (ev.Origin != nil && (c == nil || young(c))) {
 				// An entry invalidation waits for the directory's lock,
 				// which a lookup holds until its answer is in: a lookup
-				// that made c just now may not have answered yet, and an
-				// inode invalidation would then miss what it caches. (Not
-				// for a writer's release, Origin nil: lookups were
-				// answered uncached while it wrote.)
+				// in flight (c not in go-fuse's tree yet) or one that made
+				// c just now may not have answered, and an inode
+				// invalidation would then miss what it caches. (Not for a
+				// writer's release, Origin nil: lookups were answered
+				// uncached while it wrote.)
 				dir.NotifyEntry(name)
 			}
 			if ev.Entry {
