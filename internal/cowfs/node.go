@@ -382,6 +382,14 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if e := setattrPath(ctx, real, in, true); e != 0 {
 		return e
 	}
+	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
+		var st unix.Stat_t
+		if unix.Lstat(real, &st) == nil {
+			if m, kill := privKilled(&st); kill {
+				unix.Chmod(real, m)
+			}
+		}
+	}
 	n.changed(b, rel, false)
 	return n.Getattr(ctx, nil, out)
 }
@@ -469,6 +477,13 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	n.mu.Unlock()
 	n.addHandle(h)
+	if (flags&syscall.O_TRUNC != 0 || (write && h.passthrough)) && unprivileged(ctx) {
+		// FUSE_HANDLE_KILLPRIV_V2 leaves clearing setuid and setgid to us:
+		// at an unprivileged O_TRUNC, and, since passthrough writes reach
+		// no request, at an unprivileged open for writing (before any
+		// write can change the file, rather than at its first write).
+		killPriv(fd)
+	}
 	if write {
 		n.changed(b, rel, false) // other views: a copy-up, O_TRUNC, and writes to come
 	}
@@ -562,6 +577,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	c := in.Operations().(*node)
 	h := &handle{fd: fd, n: c, br: b, real: real, write: write, passthrough: n.fs.passthrough && n.fs.st.QuotaOf(b) == 0}
 	c.addHandle(h)
+	if write && h.passthrough && mode&(unix.S_ISUID|unix.S_ISGID) != 0 && unprivileged(ctx) {
+		killPriv(fd) // as in Open: its writes will reach no request
+	}
 	return in, h, n.fs.openFlags(h), 0
 }
 

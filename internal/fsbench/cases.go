@@ -135,6 +135,7 @@ func selectCases(names []string) []*caseDef {
 func buildCases() []*caseDef {
 	cs := []*caseDef{
 		{name: "seqwrite", unit: unitMiBps, higherBetter: true, syncFirst: true, uses: useBig, run: runSeqWrite},
+		{name: "write-4k", unit: unitUsOp, syncFirst: true, run: runSmallWrites},
 		{name: "seqread-cold", unit: unitMiBps, higherBetter: true, cold: true, uses: useBig, run: seqRead("big")},
 		{name: "seqread-warm", unit: unitMiBps, higherBetter: true, warmup: true, uses: useBig, run: seqRead("big")},
 		{name: "seqread-modified-warm", unit: unitMiBps, higherBetter: true, warmup: true, uses: useBig, modified: true, run: seqRead("big-mod")},
@@ -305,6 +306,35 @@ func randRead(name string, ops int, warm bool) func(context.Context, *env) (int,
 }
 
 func fileName(i int) string { return fmt.Sprintf("f%06d", i) }
+
+// smallWrites is how many 4 KiB writes write-4k makes (16 MiB).
+const smallWrites = 4096
+
+// runSmallWrites times 4 KiB writes to a new file, as a compiler or a log
+// writes (no fsync): per write, whatever the filesystem asks for besides
+// the data (with passthrough, the data costs no request).
+func runSmallWrites(ctx context.Context, e *env) (int, int64, error) {
+	dir, err := e.work("write-4k")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer e.cleanWork()
+	fd, err := unix.Open(filepath.Join(dir, "w"), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer unix.Close(fd)
+	buf := pattern(pageSize, 3)
+	e.sw.start()
+	for range smallWrites {
+		if _, err := unix.Write(fd, buf); err != nil {
+			e.sw.stop()
+			return 0, 0, fmt.Errorf("write: %w", err)
+		}
+	}
+	e.sw.stop()
+	return smallWrites, smallWrites * pageSize, nil
+}
 
 func runStat(ctx context.Context, e *env) (int, int64, error) {
 	n := e.h.cfg.Files

@@ -188,6 +188,64 @@ func (s *suite) permCases() []Case {
 				}
 				return c.err()
 			}},
+		{Name: "perm_write_clears_setuid",
+			Run: func(t *testing.T, dir string) {
+				openForNobody(t, dir)
+				for _, n := range []string{"write", "writes", "truncate", "otrunc"} {
+					p := join(dir, n)
+					writeFile(t, p, "root's", 0o777)
+					ok(t, unix.Chmod(p, 0o6777), "chmod setuid+setgid") // group-executable: both go
+				}
+			},
+			Nobody: func(dir string) error {
+				if err := reach(dir); err != nil {
+					return err
+				}
+				// Without CAP_FSETID, writing or truncating a file clears its
+				// S_ISUID, and its S_ISGID when it is group-executable.
+				var c checks
+				mode := func(n string) uint32 {
+					var st unix.Stat_t
+					if err := unix.Lstat(join(dir, n), &st); err != nil {
+						c.ok(err, "lstat "+n)
+					}
+					return st.Mode & 0o7777
+				}
+				want := func(n, op string) {
+					if m := mode(n); m != 0o777 {
+						c.ok(fmt.Errorf("mode %#o after %s, want 0777", m, op), op)
+					}
+				}
+				if fd, err := unix.Open(join(dir, "write"), unix.O_WRONLY|unix.O_APPEND, 0); err != nil {
+					c.ok(err, "open for writing")
+				} else {
+					_, err := unix.Write(fd, []byte("+"))
+					c.ok(err, "write")
+					unix.Close(fd)
+					want("write", "a write")
+				}
+				// Several writes through one descriptor: the first clears
+				// them, the rest find nothing to clear.
+				if fd, err := unix.Open(join(dir, "writes"), unix.O_WRONLY|unix.O_APPEND, 0); err != nil {
+					c.ok(err, "open for writing")
+				} else {
+					for i := range 3 {
+						_, err := unix.Write(fd, []byte("+"))
+						c.ok(err, fmt.Sprintf("write %d", i))
+					}
+					unix.Close(fd)
+					want("writes", "three writes")
+				}
+				c.ok(unix.Truncate(join(dir, "truncate"), 1), "truncate")
+				want("truncate", "truncate")
+				if fd, err := unix.Open(join(dir, "otrunc"), unix.O_WRONLY|unix.O_TRUNC, 0); err != nil {
+					c.ok(err, "open O_TRUNC")
+				} else {
+					unix.Close(fd)
+					want("otrunc", "open with O_TRUNC")
+				}
+				return c.err()
+			}},
 		{Name: "perm_sticky",
 			Run: func(t *testing.T, dir string) {
 				openForNobody(t, dir)
