@@ -1,6 +1,7 @@
 package cowfs
 
 import (
+	"hash/maphash"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,13 +81,9 @@ func (f *FS) lookupGen(branch string) uint64 { return f.nt.gens[stripe(branch)].
 
 const genStripes = 64
 
-func stripe(branch string) int {
-	h := uint32(2166136261) // FNV-1a
-	for i := 0; i < len(branch); i++ {
-		h = (h ^ uint32(branch[i])) * 16777619
-	}
-	return int(h % genStripes)
-}
+var stripeSeed = maphash.MakeSeed()
+
+func stripe(branch string) int { return int(maphash.String(stripeSeed, branch) % genStripes) }
 
 func (f *FS) notifyLoop() {
 	defer close(f.nt.done)
