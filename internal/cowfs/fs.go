@@ -73,7 +73,6 @@ type FS struct {
 	rootNeg     map[string]struct{}
 	rootNegFull bool
 
-	bg sync.WaitGroup // invalidations in flight
 	nt notifier       // the store's events, turned into kernel invalidations
 
 	served struct{ reads, writes atomic.Int64 } // data requests the daemon served itself
@@ -245,7 +244,6 @@ func (f *FS) Unmount(force bool) error {
 		return fmt.Errorf("unmount %s: %w", f.cfg.Mountpoint, err)
 	}
 	f.server.Wait()
-	f.bg.Wait()
 	f.stopNotifier()
 	return nil
 }
