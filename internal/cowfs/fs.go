@@ -73,7 +73,7 @@ type FS struct {
 	rootNeg     map[string]struct{}
 	rootNegFull bool
 
-	nt notifier       // the store's events, turned into kernel invalidations
+	nt notifier // the store's events, turned into kernel invalidations
 
 	served struct{ reads, writes atomic.Int64 } // data requests the daemon served itself
 }
