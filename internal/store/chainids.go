@@ -4,27 +4,47 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
-// chainIDs are the layer IDs of a branch's chain, bottom first, persisted
-// as one base64 string of zigzag varint deltas (a chain 64 deep is ~100
-// bytes instead of ~300 of JSON numbers, and cheaper to encode: a record
-// is written at every fork and commit). A JSON array of numbers, the
-// encoding of earlier versions, is read too.
+// chainIDs are the layer IDs of a branch's chain, bottom first. A record
+// holds them as zigzag varint deltas (appendChain): a chain 64 deep takes
+// about 100 bytes. Records of earlier versions were JSON, with the same
+// deltas as one base64 string or, before that, an array of numbers; both
+// are still read (UnmarshalJSON).
 type chainIDs []uint64
 
-func (c chainIDs) MarshalJSON() ([]byte, error) {
-	buf := make([]byte, 0, len(c)*2)
+// appendChain appends c to buf as zigzag varint deltas.
+func appendChain(buf []byte, c chainIDs) []byte {
 	var prev uint64
 	for _, id := range c {
 		buf = binary.AppendVarint(buf, int64(id-prev))
 		prev = id
 	}
-	out := make([]byte, 0, base64.RawStdEncoding.EncodedLen(len(buf))+2)
-	out = append(out, '"')
-	out = base64.RawStdEncoding.AppendEncode(out, buf)
-	return append(out, '"'), nil
+	return buf
+}
+
+var errChain = errors.New("chain: bad varint")
+
+// decodeChain reads n deltas of appendChain from buf (every delta in buf
+// for n < 0) and returns the IDs and the bytes after them.
+func decodeChain(buf []byte, n int) (chainIDs, []byte, error) {
+	var ids chainIDs
+	if n > 0 {
+		ids = make(chainIDs, 0, n)
+	}
+	var prev uint64
+	for i := 0; n < 0 && len(buf) > 0 || i < n; i++ {
+		d, k := binary.Varint(buf)
+		if k <= 0 || k != varintLen(d) {
+			return nil, nil, errChain
+		}
+		prev += uint64(d)
+		ids = append(ids, prev)
+		buf = buf[k:]
+	}
+	return ids, buf, nil
 }
 
 func (c *chainIDs) UnmarshalJSON(data []byte) error {
@@ -44,16 +64,9 @@ func (c *chainIDs) UnmarshalJSON(data []byte) error {
 	if err != nil {
 		return fmt.Errorf("chain: %w", err)
 	}
-	var ids []uint64
-	var prev uint64
-	for len(buf) > 0 {
-		d, n := binary.Varint(buf)
-		if n <= 0 {
-			return fmt.Errorf("chain: bad varint")
-		}
-		prev += uint64(d)
-		ids = append(ids, prev)
-		buf = buf[n:]
+	ids, _, err := decodeChain(buf, -1)
+	if err != nil {
+		return err
 	}
 	*c = ids
 	return nil

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -92,21 +91,6 @@ func (b *Branch) contains(l *layer) bool {
 	return l.depth >= 1 && l.depth <= len(b.chain) && b.chain[l.depth-1] == l
 }
 
-// record is a branch as persisted.
-type record struct {
-	ID       uint64   `json:"id"`
-	Name     string   `json:"name"`
-	Parent   string   `json:"parent,omitempty"`
-	Chain    chainIDs `json:"chain"`
-	ForkHead uint64   `json:"fork_head,omitempty"`
-	ForkGen  uint64   `json:"fork_gen,omitempty"`
-	Snap     uint64   `json:"snap,omitempty"`
-	ForkDep  int      `json:"fork_depth,omitempty"`
-	Gen      uint64   `json:"gen,omitempty"`
-	Stale    bool     `json:"stale,omitempty"`
-	Quota    int64    `json:"quota,omitempty"`
-}
-
 var (
 	bucketBranches = []byte("branches")
 	bucketMeta     = []byte("meta")
@@ -181,8 +165,8 @@ func (s *Store) load() error {
 		s.nextID = btoi(m.Get(keyNextID))
 		mainGen = btoi(m.Get(keyMainGen))
 		return tx.Bucket(bucketBranches).ForEach(func(k, v []byte) error {
-			var r record
-			if err := json.Unmarshal(v, &r); err != nil {
+			r, err := decodeRecord(string(k), v)
+			if err != nil {
 				return fmt.Errorf("store: branch %q: %w", k, err)
 			}
 			recs = append(recs, r)
@@ -324,11 +308,8 @@ func (s *Store) save(put []*Branch, del []string, extra func(tx *bolt.Tx) error)
 			if b.Name == Main {
 				continue
 			}
-			v, err := json.Marshal(b.record())
-			if err != nil {
-				return err
-			}
-			if err := bb.Put([]byte(b.Name), v); err != nil {
+			r := b.record()
+			if err := bb.Put([]byte(b.Name), appendRecord(make([]byte, 0, 48+2*len(r.Chain)), &r)); err != nil {
 				return err
 			}
 		}
