@@ -139,21 +139,36 @@ func BenchmarkAbort(b *testing.B) {
 // BenchmarkDepth forks, commits (1 KB, into its parent, not durable) and
 // aborts a branch whose parent is at depth 1 or 64 (every level holding a
 // change; commit and abort at depth 2 and 65, under a fresh parent each
-// time): the target is depth 64 within 1.2x of depth 1.
+// time): the target is depth 64 within 1.2x of depth 1. Two controls
+// tell depth from the number of branches a depth-64 tree has: width=64 is 64
+// siblings under main with the parent among them (as many records, all at
+// depth 1), and depth=64-empty is 64 levels of which only the last holds a
+// change (as many records, short chains: forks under an empty head share
+// the layers below it).
 func BenchmarkDepth(b *testing.B) {
-	for _, depth := range []int{1, 64} {
+	shapes := []struct {
+		name  string
+		setup func(f *fixture) string // returns the parent
+	}{
+		{"depth=1", func(f *fixture) string { return chainOf(f, 1, true) }},
+		{"depth=64", func(f *fixture) string { return chainOf(f, 64, true) }},
+		{"width=64", func(f *fixture) string {
+			for i := 1; i <= 64; i++ {
+				name := fmt.Sprintf("level-%d", i)
+				f.fork(Main, name)
+				f.write(f.br(name), fmt.Sprintf(".level-%d", i), "level")
+			}
+			return "level-64"
+		}},
+		{"depth=64-empty", func(f *fixture) string { return chainOf(f, 64, false) }},
+	}
+	for _, shape := range shapes {
+		depth := shape.name
 		setup := func(b *testing.B) (*fixture, string) {
 			f := newFixture(b, baseOf(100))
-			parent := Main
-			for i := 1; i <= depth; i++ {
-				name := fmt.Sprintf("level-%d", i)
-				f.fork(parent, name)
-				f.write(f.br(name), fmt.Sprintf(".level-%d", i), "level")
-				parent = name
-			}
-			return f, parent
+			return f, shape.setup(f)
 		}
-		b.Run(fmt.Sprintf("fork/depth=%d", depth), func(b *testing.B) {
+		b.Run("fork/"+depth, func(b *testing.B) {
 			f, parent := setup(b)
 			i := 0
 			var lat latencies
@@ -169,7 +184,7 @@ func BenchmarkDepth(b *testing.B) {
 			}
 		})
 		for _, verb := range []string{"commit", "abort"} {
-			b.Run(fmt.Sprintf("%s/depth=%d", verb, depth), func(b *testing.B) {
+			b.Run(verb+"/"+depth, func(b *testing.B) {
 				f, parent := setup(b)
 				i := 0
 				var lat latencies
@@ -202,4 +217,20 @@ func BenchmarkDepth(b *testing.B) {
 			})
 		}
 	}
+}
+
+// chainOf makes branches level-1 .. level-n, each a child of the one
+// before, and returns level-n. With every, each level writes a file (its
+// own layer in the chain); else only the last one does.
+func chainOf(f *fixture, n int, every bool) string {
+	parent := Main
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("level-%d", i)
+		f.fork(parent, name)
+		if every || i == n {
+			f.write(f.br(name), fmt.Sprintf(".level-%d", i), "level")
+		}
+		parent = name
+	}
+	return parent
 }

@@ -20,6 +20,12 @@ type record struct {
 	Gen      uint64   `json:"gen,omitempty"`
 	Stale    bool     `json:"stale,omitempty"`
 	Quota    int64    `json:"quota,omitempty"`
+	// Base, if not 0, is the ID of the branch whose chain's first ForkDep
+	// layers begin this one's, and Chain holds only the layers above them
+	// (see Store.chainBase): a tree 64 deep holds 64 short records rather
+	// than chains of 1 to 64 layers each, whose bytes every transaction
+	// touching the bucket had to page through.
+	Base uint64 `json:"-"`
 }
 
 // recordV1 starts a binary record. Records of earlier versions are JSON
@@ -44,13 +50,25 @@ func appendRecord(buf []byte, r *record) []byte {
 	buf = binary.AppendUvarint(buf, r.Gen)
 	var flags uint64
 	if r.Stale {
-		flags |= 1
+		flags |= flagStale
+	}
+	if r.Base != 0 {
+		flags |= flagBase
 	}
 	buf = binary.AppendUvarint(buf, flags)
+	if r.Base != 0 {
+		buf = binary.AppendUvarint(buf, r.Base)
+	}
 	buf = binary.AppendVarint(buf, r.Quota)
 	buf = binary.AppendUvarint(buf, uint64(len(r.Chain)))
 	return appendChain(buf, r.Chain)
 }
+
+// The flags of a binary record.
+const (
+	flagStale = 1 << iota
+	flagBase  // Base follows the flags
+)
 
 var errRecord = errors.New("truncated or malformed record")
 
@@ -77,7 +95,12 @@ func decodeRecord(name string, v []byte) (record, error) {
 	r.ForkDep = d.int()
 	r.Gen = d.uvarint()
 	flags := d.uvarint()
-	r.Stale = flags&1 != 0
+	r.Stale = flags&flagStale != 0
+	if flags&flagBase != 0 {
+		if r.Base = d.uvarint(); r.Base == 0 {
+			return r, errRecord
+		}
+	}
 	r.Quota = d.varint()
 	n := d.int()
 	if d.err != nil {
@@ -90,7 +113,7 @@ func decodeRecord(name string, v []byte) (record, error) {
 	if err != nil {
 		return r, err
 	}
-	if len(rest) != 0 || flags>>1 != 0 {
+	if len(rest) != 0 || flags&^(flagStale|flagBase) != 0 {
 		return r, errRecord
 	}
 	r.Chain = chain

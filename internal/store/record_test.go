@@ -3,6 +3,8 @@ package store
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -15,6 +17,7 @@ var sampleRecords = []record{
 	{ID: 1, Name: "a"},
 	{ID: 7, Name: "try-b", Parent: "main", Chain: chainIDs{3}, Snap: 3, ForkGen: 2},
 	{ID: 90, Name: "deep", Parent: "mid", Chain: chainIDs{3, 7, 9, 10}, ForkHead: 9, ForkGen: 4, ForkDep: 3, Gen: 12, Stale: true, Quota: 1 << 30},
+	{ID: 91, Name: "deeper", Parent: "deep", Chain: chainIDs{12}, ForkDep: 4, Base: 90},
 	{ID: 1 << 40, Name: "odd \x01 name {", Parent: "p@q", Chain: chainIDs{90, 5, 1 << 40, 2}, Quota: -1},
 }
 
@@ -107,7 +110,7 @@ func TestOpenLegacyRecords(t *testing.T) {
 	f.write(f.br("z"), "a", "z1")
 	want := map[string]record{}
 	for _, n := range []string{"x", "y", "z"} {
-		want[n] = f.br(n).record()
+		want[n] = wholeRecord(f.s, f.br(n))
 	}
 	if err := f.s.Close(); err != nil {
 		t.Fatal(err)
@@ -139,7 +142,7 @@ func TestOpenLegacyRecords(t *testing.T) {
 	db.Close()
 	f.open()
 	for n, r := range want {
-		if got := f.br(n).record(); !reflect.DeepEqual(got, r) {
+		if got := wholeRecord(f.s, f.br(n)); !reflect.DeepEqual(got, r) {
 			t.Fatalf("%s: %+v, want %+v", n, got, r)
 		}
 	}
@@ -161,5 +164,68 @@ func TestOpenLegacyRecords(t *testing.T) {
 	f.reopen()
 	if got := f.read(f.br("y"), "c"); got != "y2" {
 		t.Fatalf("after the commit, y/c = %q", got)
+	}
+}
+
+// wholeRecord is b's record with its chain whole, as earlier versions wrote.
+func wholeRecord(s *Store, b *Branch) record {
+	r := s.recordOf(b)
+	r.Base, r.Chain = 0, make(chainIDs, len(b.chain))
+	for i, l := range b.chain {
+		r.Chain[i] = l.id
+	}
+	return r
+}
+
+// TestRecordsRefer: a live branch's record refers to its parent's for the
+// chain it inherited; a stale one's holds its chain whole; both read back.
+func TestRecordsRefer(t *testing.T) {
+	f := newFixture(t, map[string]string{"a": "base"})
+	parent := chainOf(f, 6, true)
+	f.fork(parent, "x", "y")
+	f.write(f.br("x"), "a", "x")
+	f.write(f.br("y"), "a", "y")
+	f.fork("y", "y1")
+	f.commit("x", false) // into level-6: y and y1 stale
+	before := chainsOf(f.s)
+	if err := f.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(filepath.Join(f.dir, "meta.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := map[string]record{}
+	db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketBranches).ForEach(func(k, v []byte) error {
+			r, err := decodeRecord(string(k), v)
+			if err != nil {
+				t.Fatalf("%s: %v", k, err)
+			}
+			recs[string(k)] = r
+			return nil
+		})
+	})
+	db.Close()
+	for i := 2; i <= 6; i++ {
+		n := fmt.Sprintf("level-%d", i)
+		if r := recs[n]; r.Base != recs[fmt.Sprintf("level-%d", i-1)].ID || len(r.Chain) >= len(before[n]) {
+			t.Fatalf("%s: %+v, want a reference to its parent's chain", n, r)
+		}
+	}
+	if r := recs["level-1"]; r.Base != 0 {
+		t.Fatalf("a child of main refers: %+v", r)
+	}
+	for _, n := range []string{"y", "y1"} {
+		if r := recs[n]; !r.Stale || r.Base != 0 || len(r.Chain) != len(before[n]) {
+			t.Fatalf("stale %s: %+v, want its chain whole", n, r)
+		}
+	}
+	f.open()
+	if after := chainsOf(f.s); !maps.EqualFunc(before, after, slices.Equal) {
+		t.Fatalf("chains changed at reopen:\n%v\n%v", before, after)
+	}
+	if got := f.read(f.br(parent), "a"); got != "x" {
+		t.Fatalf("%s/a = %q after the commit", parent, got)
 	}
 }

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -180,16 +182,28 @@ func (s *Store) load() error {
 		s.nextID = 1
 	}
 	s.branches[Main] = &Branch{ID: 0, Name: Main, gen: mainGen}
+	// By ID: a record's Base (its parent) was made before it.
+	slices.SortFunc(recs, func(a, b record) int { return cmp.Compare(a.ID, b.ID) })
+	byID := make(map[uint64]*Branch, len(recs))
 	for _, r := range recs {
 		b := &Branch{ID: r.ID, Name: r.Name, Parent: r.Parent, forkHead: r.ForkHead, forkGen: r.ForkGen, forkDepth: r.ForkDep,
 			gen: r.Gen, stale: r.Stale, Quota: r.Quota}
-		for i, id := range r.Chain {
-			b.chain = append(b.chain, s.layerFor(id, i+1))
+		if r.Base != 0 {
+			p := byID[r.Base]
+			if p == nil || p.Name != r.Parent || len(p.chain) < r.ForkDep {
+				return fmt.Errorf("store: branch %q: the base of its chain, branch %d (%q), is missing or shorter than %d layers",
+					r.Name, r.Base, r.Parent, r.ForkDep)
+			}
+			b.chain = append(make([]*layer, 0, r.ForkDep+len(r.Chain)), p.chain[:r.ForkDep]...)
+		}
+		for _, id := range r.Chain {
+			b.chain = append(b.chain, s.layerFor(id, len(b.chain)+1))
 		}
 		if r.Snap != 0 {
 			b.snap = s.layerFor(r.Snap, 1)
 		}
 		s.branches[b.Name] = b
+		byID[b.ID] = b
 	}
 	for _, b := range s.branches {
 		if !b.stale {
@@ -287,16 +301,46 @@ func (s *Store) newLayer(depth int) *layer {
 	return s.layerFor(id, depth)
 }
 
-func (b *Branch) record() record {
+func (s *Store) recordOf(b *Branch) record {
 	r := record{ID: b.ID, Name: b.Name, Parent: b.Parent, ForkHead: b.forkHead, ForkGen: b.forkGen, ForkDep: b.forkDepth,
 		Gen: b.gen, Stale: b.stale, Quota: b.Quota}
-	for _, l := range b.chain {
-		r.Chain = append(r.Chain, l.id)
+	own := b.chain
+	if p := s.chainBase(b); p != nil {
+		r.Base = p.ID
+		own = b.chain[b.forkDepth:]
+	}
+	r.Chain = make(chainIDs, len(own))
+	for i, l := range own {
+		r.Chain[i] = l.id
 	}
 	if b.snap != nil {
 		r.Snap = b.snap.id
 	}
 	return r
+}
+
+// chainBase is the branch whose chain b's record may refer to for the
+// first forkDepth layers of its own: b's parent, if both are live and the
+// parent's chain still begins with those layers (checked here, so a record
+// never refers to what it does not hold). It stays true for as long as b
+// is live: a parent's chain only grows (a fork) or is replaced by a child's
+// (a commit into it), and such a commit leaves every other child stale,
+// its record rewritten whole in the same transaction, or gone. Children of
+// main, stale and gone branches write their chains whole.
+func (s *Store) chainBase(b *Branch) *Branch {
+	if b.stale || b.gone || b.Parent == Main || b.forkDepth == 0 {
+		return nil
+	}
+	p := s.branches[b.Parent]
+	if p == nil || p.stale || p.gone || p.ID >= b.ID || len(p.chain) < b.forkDepth {
+		return nil
+	}
+	for i, l := range b.chain[:b.forkDepth] {
+		if p.chain[i] != l {
+			return nil
+		}
+	}
+	return p
 }
 
 // save writes the given branches, deletes the named ones, and the counters,
@@ -308,7 +352,7 @@ func (s *Store) save(put []*Branch, del []string, extra func(tx *bolt.Tx) error)
 			if b.Name == Main {
 				continue
 			}
-			r := b.record()
+			r := s.recordOf(b)
 			if err := bb.Put([]byte(b.Name), appendRecord(make([]byte, 0, 48+2*len(r.Chain)), &r)); err != nil {
 				return err
 			}
