@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // record is a branch as persisted, under its name in bucketBranches.
@@ -155,7 +156,7 @@ func (d *decoder) varint() int64 {
 // int is a uvarint that must fit a non-negative int.
 func (d *decoder) int() int {
 	x := d.uvarint()
-	if x > 1<<31 {
+	if x > math.MaxInt32 {
 		d.err = errRecord
 		return 0
 	}

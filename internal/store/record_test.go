@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -227,5 +228,59 @@ func TestRecordsRefer(t *testing.T) {
 	}
 	if got := f.read(f.br(parent), "a"); got != "x" {
 		t.Fatalf("%s/a = %q after the commit", parent, got)
+	}
+}
+
+// TestOpenRefusesBadRecords: records that decode but cannot be a branch
+// fail Open with the branch named, rather than a panic at a later verb.
+func TestOpenRefusesBadRecords(t *testing.T) {
+	whole := func(r record) []byte { return appendRecord(nil, &r) }
+	for name, tc := range map[string]struct {
+		key string
+		v   []byte
+	}{
+		"fork depth past the chain": {"c", whole(record{ID: 100, Parent: "p", Chain: chainIDs{5}, ForkDep: 2})},
+		"negative fork depth (JSON)": {"c", []byte(`{"id":100,"name":"c","parent":"p","chain":[3,5],"fork_depth":-1}`)},
+		"a record for main":          {"main", whole(record{ID: 100, Parent: "p", Chain: chainIDs{5}})},
+		"JSON named not as its key":  {"c", []byte(`{"id":100,"name":"d","parent":"p","chain":[3,5]}`)},
+		"a missing base":             {"c", whole(record{ID: 100, Parent: "p", Chain: chainIDs{5}, ForkDep: 1, Base: 77})},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, map[string]string{"a": "a0"})
+			f.fork(Main, "p")
+			f.write(f.br("p"), "a", "p")
+			f.fork("p", "c")
+			if err := f.s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			f.s = nil
+			db, err := bolt.Open(filepath.Join(f.dir, "meta.db"), 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketBranches).Put([]byte(tc.key), tc.v) })
+			db.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(Config{Dir: f.dir, Base: f.base})
+			if err == nil {
+				s.Close()
+				t.Fatal("Open accepted the record")
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// TestDecodeRecordLengths: a length past what int32 holds is refused on
+// every platform (int is 32 bits on some).
+func TestDecodeRecordLengths(t *testing.T) {
+	v := []byte{recordV1}
+	v = binary.AppendUvarint(v, 5)
+	v = binary.AppendUvarint(v, 1<<31) // the parent's length
+	v = append(v, 0)
+	if _, err := decodeRecord("x", v); err == nil {
+		t.Fatal("decoded")
 	}
 }

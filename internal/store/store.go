@@ -171,6 +171,9 @@ func (s *Store) load() error {
 			if err != nil {
 				return fmt.Errorf("store: branch %q: %w", k, err)
 			}
+			if r.Name != string(k) || r.Name == Main || r.Name == "" {
+				return fmt.Errorf("store: branch %q: a record named %q", k, r.Name)
+			}
 			recs = append(recs, r)
 			return nil
 		})
@@ -198,6 +201,9 @@ func (s *Store) load() error {
 		}
 		for _, id := range r.Chain {
 			b.chain = append(b.chain, s.layerFor(id, len(b.chain)+1))
+		}
+		if b.forkDepth < 0 || b.forkDepth > len(b.chain) {
+			return fmt.Errorf("store: branch %q: fork depth %d of a chain of %d layers", r.Name, b.forkDepth, len(b.chain))
 		}
 		if r.Snap != 0 {
 			b.snap = s.layerFor(r.Snap, 1)
