@@ -239,7 +239,7 @@ func TestOpenRefusesBadRecords(t *testing.T) {
 		key string
 		v   []byte
 	}{
-		"fork depth past the chain": {"c", whole(record{ID: 100, Parent: "p", Chain: chainIDs{5}, ForkDep: 2})},
+		"fork depth past the chain":  {"c", whole(record{ID: 100, Parent: "p", Chain: chainIDs{5}, ForkDep: 2})},
 		"negative fork depth (JSON)": {"c", []byte(`{"id":100,"name":"c","parent":"p","chain":[3,5],"fork_depth":-1}`)},
 		"a record for main":          {"main", whole(record{ID: 100, Parent: "p", Chain: chainIDs{5}})},
 		"JSON named not as its key":  {"c", []byte(`{"id":100,"name":"d","parent":"p","chain":[3,5]}`)},
