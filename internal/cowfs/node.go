@@ -451,16 +451,24 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	flags &^= syscall.O_CREAT | syscall.O_EXCL
 	write := flags&writeFlags != 0
-	fd, res, err := n.fs.st.OpenFile(b, rel, int(flags), 0, false)
+	var st unix.Stat_t
+	var fd int
+	var res store.Res
+	var err error
+	if write {
+		fd, res, err = n.fs.st.OpenFile(b, rel, int(flags), 0, false)
+		if err == nil {
+			if err = unix.Fstat(fd, &st); err != nil {
+				n.fs.abandon(fd, res.Real, write)
+			}
+		}
+	} else {
+		fd, res, err = n.fs.st.OpenRead(b, rel, int(flags), &st)
+	}
 	if err != nil {
 		return nil, 0, errno(err)
 	}
 	real := res.Real
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		n.fs.abandon(fd, real, write)
-		return nil, 0, errno(err)
-	}
 	h := &handle{fd: fd, n: n, br: b, real: real, write: write, lower: res.Lower && !write,
 		passthrough: n.fs.passthrough && n.fs.st.QuotaOf(b) == 0}
 	n.mu.Lock()

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -520,18 +521,8 @@ func (s *Store) QuotaOf(b *Branch) int64 {
 func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create bool) (int, Res, error) {
 	write := flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0
 	if !write && !create {
-		// A read-only open changes nothing: shared with lookups.
-		s.mu.RLock()
-		defer s.mu.RUnlock()
-		res, err := s.resolve(b, rel, len(b.chain))
-		if err != nil {
-			return -1, Res{}, err
-		}
-		fd, err := unix.Open(res.Real, flags&^(unix.O_CREAT|unix.O_EXCL)|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return -1, Res{}, err
-		}
-		return fd, res, nil
+		var st unix.Stat_t
+		return s.OpenRead(b, rel, flags, &st)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -567,5 +558,57 @@ func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create b
 		}
 	}
 	s.writers[res.Real]++
+	return fd, res, nil
+}
+
+// OpenRead opens rel in b for reading (flags without O_WRONLY, O_RDWR,
+// O_TRUNC or O_CREAT) and leaves the descriptor's fstat in st. It changes
+// nothing, so it shares the lock with lookups. A file of the base, which
+// resolve would lstat component by component, is opened beneath the base
+// with openat2 and no symlink followed: the same checks in one syscall.
+func (s *Store) OpenRead(b *Branch, rel string, flags int, st *unix.Stat_t) (int, Res, error) {
+	flags = flags&^(unix.O_CREAT|unix.O_EXCL) | unix.O_CLOEXEC
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	res, _, err := s.resolveStat(b, rel, len(b.chain), nil, s.baseFD >= 0 && rel != "")
+	if errors.Is(err, errLazyBase) {
+		res, err = s.resolve(b, rel, len(b.chain))
+	}
+	if err != nil {
+		return -1, Res{}, err
+	}
+	var fd int
+	if res.Depth == 0 && res.Real != s.base && s.baseFD >= 0 {
+		fd, err = unix.Openat2(s.baseFD, rel, &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS})
+	} else {
+		fd, err = unix.Open(res.Real, flags, 0)
+	}
+	if err != nil {
+		return -1, Res{}, err
+	}
+	if err := unix.Fstat(fd, st); err != nil {
+		unix.Close(fd)
+		return -1, Res{}, err
+	}
+	if res.Depth == 0 {
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			res.Kind = kDir
+		}
+		if s.nlinks > 0 && st.Nlink > 1 && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			if r := s.linkRedirect(b, res, st); r.Real != res.Real {
+				// Another name of this hard-linked file was copied up: open that copy.
+				unix.Close(fd)
+				if fd, err = unix.Open(r.Real, flags, 0); err != nil {
+					return -1, Res{}, err
+				}
+				if err := unix.Fstat(fd, st); err != nil {
+					unix.Close(fd)
+					return -1, Res{}, err
+				}
+				res = r
+			}
+		}
+		res.Lower = len(b.chain) > 0 && res.Depth < len(b.chain)
+	}
 	return fd, res, nil
 }

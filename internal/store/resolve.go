@@ -63,13 +63,23 @@ func (s *Store) top(b *Branch, rel string, cut, max int) (best entry, found bool
 // resolve finds rel in b's view, looking only at layers up to depth max
 // (len(b.chain) for the whole view). The caller holds s.mu.
 func (s *Store) resolve(b *Branch, rel string, max int) (Res, error) {
-	res, _, err := s.resolveStat(b, rel, max, nil)
+	res, _, err := s.resolveStat(b, rel, max, nil, false)
 	return res, err
 }
 
+// errLazyBase: a lazy resolve met a layer's entry below a component it took
+// from the base unchecked; resolving again, strictly, settles it.
+var errLazyBase = errors.New("store: a layer below a base path")
+
 // resolveStat is resolve that, when it lstats the path it returns (a path
 // of the base), leaves that in st (if not nil) and reports it.
-func (s *Store) resolveStat(b *Branch, rel string, max int, out *unix.Stat_t) (Res, bool, error) {
+//
+// With lazy, it lstats no component of the base: it takes them for
+// directories (the last one for a file, its link count unchecked) and
+// returns errLazyBase if a layer holds something below one. The caller then
+// opens the path beneath the base with no symlink followed, which checks
+// what the lstats would have, in one syscall (OpenRead).
+func (s *Store) resolveStat(b *Branch, rel string, max int, out *unix.Stat_t, lazy bool) (Res, bool, error) {
 	if b.stale || b.gone {
 		return Res{}, false, syscall.ESTALE
 	}
@@ -81,7 +91,7 @@ func (s *Store) resolveStat(b *Branch, rel string, max int, out *unix.Stat_t) (R
 		return res, false, nil
 	}
 	cut := res.cut
-	statted := false
+	statted, inBase := false, false
 	for i := 0; ; {
 		j := strings.IndexByte(rel[i:], '/')
 		p := rel
@@ -92,6 +102,8 @@ func (s *Store) resolveStat(b *Branch, rel string, max int, out *unix.Stat_t) (R
 		switch {
 		case ok && best.kind == kWhiteout:
 			return Res{}, false, syscall.ENOENT
+		case ok && inBase:
+			return Res{}, false, errLazyBase
 		case ok:
 			res = Res{Real: best.l.real(p), Depth: best.l.depth, Kind: best.kind, Ino: best.ino, cut: childCut}
 			if s.nlinks > 0 && best.kind == kFile && j < 0 {
@@ -104,6 +116,12 @@ func (s *Store) resolveStat(b *Branch, rel string, max int, out *unix.Stat_t) (R
 					}
 				}
 			}
+		case cut == 0 && lazy:
+			k := kDir
+			if j < 0 {
+				k = kFile
+			}
+			res, inBase = Res{Real: s.base + "/" + p, Kind: k}, true
 		case cut == 0:
 			var st unix.Stat_t
 			real := s.base + "/" + p
@@ -163,7 +181,7 @@ func (s *Store) Resolve(b *Branch, rel string) (Res, error) {
 // a second lstat where resolving made one already.
 func (s *Store) ResolveStat(b *Branch, rel string, st *unix.Stat_t) (Res, error) {
 	s.mu.RLock()
-	res, ok, err := s.resolveStat(b, rel, len(b.chain), st)
+	res, ok, err := s.resolveStat(b, rel, len(b.chain), st, false)
 	s.mu.RUnlock()
 	if err != nil || ok {
 		return res, err

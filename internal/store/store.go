@@ -32,6 +32,7 @@ type Config struct {
 // Store is the branches of one base directory.
 type Store struct {
 	dir, base string
+	baseFD    int // base, opened O_PATH; -1 if that failed
 	log       *slog.Logger
 	db        *bolt.DB
 
@@ -128,13 +129,20 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open metadata: %w", err)
 	}
-	s := &Store{dir: cfg.Dir, base: base, log: log, db: db,
+	// The base's directory, for opening its files beneath it (OpenRead).
+	baseFD, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		baseFD = -1
+	}
+	s := &Store{dir: cfg.Dir, base: base, baseFD: baseFD, log: log, db: db,
 		branches: map[string]*Branch{}, layers: map[uint64]*layer{}, index: map[string][]entry{}, writers: map[string]int{}}
 	if err := s.load(); err != nil {
+		s.closeBase()
 		db.Close()
 		return nil, err
 	}
 	if err := s.replayJournal(); err != nil {
+		s.closeBase()
 		db.Close()
 		return nil, err
 	}
@@ -145,7 +153,15 @@ func Open(cfg Config) (*Store, error) {
 // Close waits for background reclaim and closes the metadata.
 func (s *Store) Close() error {
 	s.gc.Wait()
+	s.closeBase()
 	return s.db.Close()
+}
+
+func (s *Store) closeBase() {
+	if s.baseFD >= 0 {
+		unix.Close(s.baseFD)
+		s.baseFD = -1
+	}
 }
 
 // Base is the base directory.
