@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: set-up, vet, every test under the race detector, and a
-# short fuzz of the two decoders. Tests that need root, FUSE or namespaces
+# short fuzz of the three decoders. Tests that need root, FUSE or namespaces
 # fail instead of skipping here (ARBOR_TEST_REQUIRE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,3 +26,4 @@ go vet ./...
 go test -race -timeout 20m -count=1 ./...
 go test -run '^$' -fuzz FuzzLineAPI -fuzztime 10s ./internal/lineapi
 go test -run '^$' -fuzz FuzzHTTP -fuzztime 10s ./internal/httpapi
+go test -run '^$' -fuzz FuzzDecodeRecord -fuzztime 10s ./internal/store
