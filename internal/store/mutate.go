@@ -564,22 +564,26 @@ func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create b
 // OpenRead opens rel in b for reading (flags without O_WRONLY, O_RDWR,
 // O_TRUNC or O_CREAT) and leaves the descriptor's fstat in st. It changes
 // nothing, so it shares the lock with lookups. A file of the base, which
-// resolve would lstat component by component, is opened beneath the base
-// with openat2 and no symlink followed: the same checks in one syscall.
+// resolve would lstat component by component, is opened with openat2 and
+// no symlink followed: the same checks in one syscall (a symlink in the
+// base is refused with ELOOP rather than followed).
 func (s *Store) OpenRead(b *Branch, rel string, flags int, st *unix.Stat_t) (int, Res, error) {
 	flags = flags&^(unix.O_CREAT|unix.O_EXCL) | unix.O_CLOEXEC
+	lazy := s.plainBase && rel != ""
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	res, _, err := s.resolveStat(b, rel, len(b.chain), nil, s.baseFD >= 0 && rel != "")
+	res, _, err := s.resolveStat(b, rel, len(b.chain), nil, lazy)
 	if errors.Is(err, errLazyBase) {
+		lazy = false
 		res, err = s.resolve(b, rel, len(b.chain))
 	}
 	if err != nil {
 		return -1, Res{}, err
 	}
+	lazy = lazy && res.Depth == 0
 	var fd int
-	if res.Depth == 0 && res.Real != s.base && s.baseFD >= 0 {
-		fd, err = unix.Openat2(s.baseFD, rel, &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS})
+	if lazy {
+		fd, err = unix.Openat2(unix.AT_FDCWD, res.Real, &unix.OpenHow{Flags: uint64(flags & openat2Flags), Resolve: unix.RESOLVE_NO_SYMLINKS})
 	} else {
 		fd, err = unix.Open(res.Real, flags, 0)
 	}
@@ -590,25 +594,33 @@ func (s *Store) OpenRead(b *Branch, rel string, flags int, st *unix.Stat_t) (int
 		unix.Close(fd)
 		return -1, Res{}, err
 	}
-	if res.Depth == 0 {
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			res.Kind = kDir
-		}
-		if s.nlinks > 0 && st.Nlink > 1 && st.Mode&unix.S_IFMT == unix.S_IFREG {
-			if r := s.linkRedirect(b, res, st); r.Real != res.Real {
-				// Another name of this hard-linked file was copied up: open that copy.
-				unix.Close(fd)
-				if fd, err = unix.Open(r.Real, flags, 0); err != nil {
-					return -1, Res{}, err
-				}
-				if err := unix.Fstat(fd, st); err != nil {
-					unix.Close(fd)
-					return -1, Res{}, err
-				}
-				res = r
-			}
-		}
-		res.Lower = len(b.chain) > 0 && res.Depth < len(b.chain)
+	if !lazy {
+		return fd, res, nil
 	}
+	// What resolve's lstat would have told.
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		res.Kind = kDir
+	}
+	if s.nlinks > 0 && st.Nlink > 1 && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		if r := s.linkRedirect(b, res, st); r.Real != res.Real {
+			// Another name of this hard-linked file was copied up: open that copy.
+			unix.Close(fd)
+			if fd, err = unix.Open(r.Real, flags, 0); err != nil {
+				return -1, Res{}, err
+			}
+			if err := unix.Fstat(fd, st); err != nil {
+				unix.Close(fd)
+				return -1, Res{}, err
+			}
+			res = r
+		}
+	}
+	res.Lower = len(b.chain) > 0 && res.Depth < len(b.chain)
 	return fd, res, nil
 }
+
+// openat2Flags are the flags openat2 takes. Opens from the kernel carry
+// internal bits besides (FMODE_EXEC when a program is run), which open(2)
+// ignores and openat2 refuses with EINVAL.
+const openat2Flags = unix.O_ACCMODE | unix.O_APPEND | unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC | unix.O_DIRECT |
+	unix.O_LARGEFILE | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_NOATIME | unix.O_CLOEXEC | unix.O_ASYNC | unix.O_NOCTTY

@@ -80,3 +80,59 @@ func TestOpenRead(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenReadAsOld: OpenRead answers as resolve and open(2) did, for the
+// flags the kernel sends (FMODE_EXEC when a program runs, which openat2
+// refuses if passed on), the root, and a base directory renamed away and
+// made again behind the store's back.
+func TestOpenReadAsOld(t *testing.T) {
+	const fmodeExec, kernelLargefile = 0x20, 0o100000
+	f := newFixture(t, map[string]string{"bin/tool": "tool", "top": "t", "sub/f": "old"})
+	f.fork(Main, "x")
+	x := f.br("x")
+	f.write(x, "top", "x-top")
+	old := func(b *Branch, rel string, flags int) (string, Res, error) {
+		res, err := f.s.Resolve(b, rel)
+		if err != nil {
+			return "", res, err
+		}
+		fd, err := unix.Open(res.Real, flags|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", res, err
+		}
+		defer unix.Close(fd)
+		buf := make([]byte, 64)
+		n, _ := unix.Read(fd, buf)
+		return string(buf[:max(n, 0)]), res, nil
+	}
+	check := func(b *Branch, rel string, flags int) {
+		t.Helper()
+		var st unix.Stat_t
+		fd, res, err := f.s.OpenRead(b, rel, flags, &st)
+		got := ""
+		if err == nil {
+			buf := make([]byte, 64)
+			n, _ := unix.Read(fd, buf)
+			got = string(buf[:max(n, 0)])
+			unix.Close(fd)
+		}
+		want, wres, werr := old(b, rel, flags)
+		if (err == nil) != (werr == nil) || got != want || res != wres {
+			t.Errorf("%s:%q flags %#x: %q %+v %v; before: %q %+v %v", b.Name, rel, flags, got, res, err, want, wres, werr)
+		}
+	}
+	for _, b := range []*Branch{f.br(Main), x} {
+		for _, rel := range []string{"bin/tool", "top", ""} {
+			for _, fl := range []int{unix.O_RDONLY, unix.O_RDONLY | kernelLargefile, unix.O_RDONLY | kernelLargefile | fmodeExec} {
+				check(b, rel, fl)
+			}
+		}
+	}
+	if err := os.Rename(f.base, f.base+".old"); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(f.base+"/sub", 0o755)
+	os.WriteFile(f.base+"/sub/f", []byte("new"), 0o644)
+	check(f.br(Main), "sub/f", unix.O_RDONLY)
+	check(x, "sub/f", unix.O_RDONLY)
+}

@@ -32,7 +32,7 @@ type Config struct {
 // Store is the branches of one base directory.
 type Store struct {
 	dir, base string
-	baseFD    int // base, opened O_PATH; -1 if that failed
+	plainBase bool // no component of base is a symlink (see OpenRead)
 	log       *slog.Logger
 	db        *bolt.DB
 
@@ -129,20 +129,17 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open metadata: %w", err)
 	}
-	// The base's directory, for opening its files beneath it (OpenRead).
-	baseFD, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		baseFD = -1
-	}
-	s := &Store{dir: cfg.Dir, base: base, baseFD: baseFD, log: log, db: db,
+	// OpenRead opens base files with no symlink followed: only where the
+	// base's own path has none.
+	real, err := filepath.EvalSymlinks(base)
+	plainBase := err == nil && real == base
+	s := &Store{dir: cfg.Dir, base: base, plainBase: plainBase, log: log, db: db,
 		branches: map[string]*Branch{}, layers: map[uint64]*layer{}, index: map[string][]entry{}, writers: map[string]int{}}
 	if err := s.load(); err != nil {
-		s.closeBase()
 		db.Close()
 		return nil, err
 	}
 	if err := s.replayJournal(); err != nil {
-		s.closeBase()
 		db.Close()
 		return nil, err
 	}
@@ -153,15 +150,7 @@ func Open(cfg Config) (*Store, error) {
 // Close waits for background reclaim and closes the metadata.
 func (s *Store) Close() error {
 	s.gc.Wait()
-	s.closeBase()
 	return s.db.Close()
-}
-
-func (s *Store) closeBase() {
-	if s.baseFD >= 0 {
-		unix.Close(s.baseFD)
-		s.baseFD = -1
-	}
 }
 
 // Base is the base directory.
