@@ -77,8 +77,8 @@ var errLazyBase = errors.New("store: a layer below a base path")
 // With lazy, it lstats no component of the base: it takes them for
 // directories (the last one for a file, its link count unchecked) and
 // returns errLazyBase if a layer holds something below one. The caller then
-// opens the path beneath the base with no symlink followed, which checks
-// what the lstats would have, in one syscall (OpenRead).
+// opens the path with no symlink followed, which checks what the lstats
+// would have, in one syscall (OpenRead).
 func (s *Store) resolveStat(b *Branch, rel string, max int, out *unix.Stat_t, lazy bool) (Res, bool, error) {
 	if b.stale || b.gone {
 		return Res{}, false, syscall.ESTALE
