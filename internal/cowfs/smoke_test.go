@@ -5,36 +5,15 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/arbor-dev/arbor/internal/store"
-	"github.com/arbor-dev/arbor/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
-// mount makes a store over a fresh base and mounts it.
+// mount makes a store over a fresh base and mounts it, showing main.
 func mount(t *testing.T, setup func(base string)) (*FS, string, string) {
 	t.Helper()
-	testenv.NeedFUSE(t)
-	base := t.TempDir()
-	if setup != nil {
-		setup(base)
-	}
-	st, err := store.Open(store.Config{Dir: t.TempDir(), Base: base})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mnt := t.TempDir()
-	f, err := Mount(Config{Store: st, Mountpoint: mnt})
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := f.Unmount(true); err != nil {
-			t.Error(err)
-		}
-		st.Close()
-	})
-	return f, base, mnt
+	st := newStore(t, setup)
+	f, mnt := mountStore(t, st, "", 0)
+	return f, st.Base(), mnt
 }
 
 func TestSmokeMount(t *testing.T) {
