@@ -21,24 +21,28 @@ const (
 	CodeBusy       = "busy"        // a resource is in use (an unmount of a busy mount)
 	CodeNoSpace    = "no_space"    // a quota was reached
 	CodeAuth       = "unauthorized"
-	CodeInternal   = "internal"
+	// CodeUnavailable: the host cannot do it (no usable /dev/fuse, no
+	// fusermount3); the message says what, arbor doctor how to fix it.
+	CodeUnavailable = "unavailable"
+	CodeInternal    = "internal"
 )
 
 // Sentinel errors. Errors returned by the engine wrap one of these; the faces
 // map them to codes and the client maps codes back, so errors.Is works across
 // the socket.
 var (
-	ErrBadRequest = errors.New("bad request")
-	ErrNotFound   = errors.New("not found")
-	ErrExists     = errors.New("already exists")
-	ErrStale      = errors.New("stale")
-	ErrBudget     = errors.New("over budget")
-	ErrProtected  = errors.New("protected")
-	ErrState      = errors.New("wrong state")
-	ErrBusy       = errors.New("busy")
-	ErrNoSpace    = errors.New("no space")
-	ErrAuth       = errors.New("unauthorized")
-	ErrInternal   = errors.New("internal error")
+	ErrBadRequest  = errors.New("bad request")
+	ErrNotFound    = errors.New("not found")
+	ErrExists      = errors.New("already exists")
+	ErrStale       = errors.New("stale")
+	ErrBudget      = errors.New("over budget")
+	ErrProtected   = errors.New("protected")
+	ErrState       = errors.New("wrong state")
+	ErrBusy        = errors.New("busy")
+	ErrNoSpace     = errors.New("no space")
+	ErrAuth        = errors.New("unauthorized")
+	ErrUnavailable = errors.New("unavailable on this host")
+	ErrInternal    = errors.New("internal error")
 )
 
 var codes = []struct {
@@ -48,7 +52,7 @@ var codes = []struct {
 	{CodeBadRequest, ErrBadRequest}, {CodeNotFound, ErrNotFound}, {CodeExists, ErrExists},
 	{CodeStale, ErrStale}, {CodeBudget, ErrBudget}, {CodeProtected, ErrProtected},
 	{CodeState, ErrState}, {CodeBusy, ErrBusy}, {CodeNoSpace, ErrNoSpace},
-	{CodeAuth, ErrAuth}, {CodeInternal, ErrInternal},
+	{CodeAuth, ErrAuth}, {CodeUnavailable, ErrUnavailable}, {CodeInternal, ErrInternal},
 }
 
 // Code returns the wire code for err: the code of the first sentinel it wraps,
@@ -211,8 +215,12 @@ const (
 	OpTreeNodes    = "tree_nodes"
 	OpTreeList     = "tree_list"
 	OpTreeWatch    = "tree_watch"
-	OpTreeDrop     = "tree_drop"
-	OpTreeOpen     = "tree_open"
+	// OpTreeDrop forgets a tree but keeps it on disk (tree_open reloads it).
+	OpTreeDrop = "tree_drop"
+	// OpTreeDelete removes a tree for good: its nodes, its layers and its
+	// metadata (the base directory stays as it is).
+	OpTreeDelete = "tree_delete"
+	OpTreeOpen   = "tree_open"
 	// OpShutdown asks the daemon to exit (arbor daemon stop); only root and
 	// the daemon's own uid may, and only over the socket.
 	OpShutdown = "shutdown"
@@ -251,6 +259,9 @@ type Response struct {
 	Branches  []Branch `json:"branches,omitempty"`
 	Changes   []Change `json:"changes,omitempty"`
 	Mounts    []Mount  `json:"mounts,omitempty"`
+	// AlreadyMounted: ws_mount found the same base already mounted at the
+	// mountpoint (as a restarted daemon re-establishes it) and left it as is.
+	AlreadyMounted bool `json:"already_mounted,omitempty"`
 }
 
 // OK is the Status of a reply that carries nothing but success.
@@ -262,7 +273,7 @@ const StatusError = "error"
 // Event is one change in a tree, streamed by tree_watch.
 type Event struct {
 	Seq    uint64 `json:"seq"`
-	Kind   string `json:"kind"` // fork, commit, abort, protect, unprotect, suspend, resume, prune, evict, stale, drop, create
+	Kind   string `json:"kind"` // fork, commit, abort, protect, unprotect, suspend, resume, prune, evict, stale, drop, delete, create
 	TreeID string `json:"tree_id"`
 	NodeID string `json:"node_id,omitempty"`
 	TimeNS int64  `json:"time_unix_ns"`

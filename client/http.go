@@ -65,8 +65,10 @@ func route(req api.Request) (method, path string, body any, err error) {
 		}{req.TreeID, req.Base, req.Backend, req.Budget}, nil
 	case api.OpTreeNodes:
 		return "GET", "/v1/trees/" + t, nil, needTree()
-	case api.OpTreeDrop:
+	case api.OpTreeDelete:
 		return "DELETE", "/v1/trees/" + t, nil, needTree()
+	case api.OpTreeDrop:
+		return "POST", "/v1/trees/" + t + "/drop", nil, needTree()
 	case api.OpTreeOpen:
 		return "POST", "/v1/trees/" + t + "/open", nil, needTree()
 	case api.OpTreeEvict:

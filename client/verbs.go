@@ -130,6 +130,13 @@ func (c *Client) Drop(ctx context.Context, treeID string) error {
 	return err
 }
 
+// Delete removes a tree for good: its nodes, layers and metadata (the base
+// directory stays as it is).
+func (c *Client) Delete(ctx context.Context, treeID string) error {
+	_, err := c.Do(ctx, api.Request{Op: api.OpTreeDelete, TreeID: treeID})
+	return err
+}
+
 // Open reopens a tree from disk after a restart.
 func (c *Client) Open(ctx context.Context, treeID string) (api.Response, error) {
 	return c.Do(ctx, api.Request{Op: api.OpTreeOpen, TreeID: treeID})

@@ -1,30 +1,66 @@
 package cli
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/workspace"
 )
 
 // SocketPath is the daemon's socket under home.
 func SocketPath(home string) string { return filepath.Join(home, "arbord.sock") }
 
+func logPath(home string) string { return filepath.Join(home, "arbord.log") }
+
 // connect returns a client of a running daemon, starting one in the
 // background if none answers.
 func (e *env) connect() (*client.Client, error) {
-	sock := SocketPath(e.home)
-	cl := client.New(sock)
+	cl := client.New(SocketPath(e.home))
 	if _, err := cl.Ping(e.ctx); err == nil {
 		return cl, nil
 	}
 	if err := e.startDaemon(); err != nil {
 		return nil, err
 	}
+	return e.waitDaemon(cl)
+}
+
+// connectFor is connect for a command on the existing mount mp: with no
+// daemon running it starts one only if the home remembers mp (the daemon
+// re-establishes its mounts when it starts); any other daemon would only
+// answer that mp is not its mount, and stay behind.
+func (e *env) connectFor(mp string) (*client.Client, error) {
+	cl := client.New(SocketPath(e.home))
+	if _, err := cl.Ping(e.ctx); err == nil {
+		return cl, nil
+	}
+	known, err := workspace.RememberedMounts(e.home)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(known, filepath.Clean(mp)) {
+		return nil, api.Errorf(api.ErrNotFound,
+			"%s is not an arbor mount: no daemon runs for home %s, and that home has no mount there (none was started; arbor mount starts one)",
+			mp, e.home)
+	}
+	if err := e.startDaemon(); err != nil {
+		return nil, err
+	}
+	return e.waitDaemon(cl)
+}
+
+func (e *env) waitDaemon(cl *client.Client) (*client.Client, error) {
+	sock := SocketPath(e.home)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		_, err := cl.Ping(e.ctx)
@@ -42,11 +78,10 @@ func (e *env) connect() (*client.Client, error) {
 	}
 }
 
-func logPath(home string) string { return filepath.Join(home, "arbord.log") }
-
 // startDaemon starts `arbor daemon` detached: its own session, and its
 // standard streams on the log file, never the caller's (a caller waiting for
-// its output to close must not wait for the daemon).
+// its output to close must not wait for the daemon). It reads its settings
+// from HOME/arbord.toml, as a daemon started by hand does.
 func (e *env) startDaemon() error {
 	exe, err := os.Executable()
 	if err != nil {
@@ -73,4 +108,78 @@ func (e *env) startDaemon() error {
 		return fmt.Errorf("start the daemon: %w", err)
 	}
 	return cmd.Process.Release()
+}
+
+// checkOwner refuses a command on mp when mp is an arbor mount of another
+// daemon (another home): it names that daemon's home instead of letting
+// this one answer "not an arbor mount". It reads /proc/self/mountinfo and
+// never touches mp itself (a stat would be a request to a FUSE server that
+// may hang).
+func (e *env) checkOwner(mp string) error {
+	home, err := filepath.Abs(e.home)
+	if err != nil {
+		return err
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(mp)); err == nil {
+		mp = filepath.Join(dir, filepath.Base(mp))
+	}
+	src, ok := arborMountAt(mp)
+	if !ok {
+		return nil
+	}
+	other, base, ok := workspace.ParseSource(src)
+	if !ok || filepath.Clean(other) == home {
+		return nil
+	}
+	return api.Errorf(api.ErrNotFound,
+		"%s is not a mount of this daemon (home %s): it is the arbor mount of %s by the daemon with home %s (use --home %s or ARBOR_HOME=%s)",
+		mp, home, base, other, other, other)
+}
+
+// arborMountAt returns the source of the topmost arbor (fuse.branchfs)
+// mount at mp.
+func arborMountAt(mp string) (source string, ok bool) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent maj:min root mountpoint opts... - fstype source superopts
+		fields := strings.Fields(sc.Text())
+		sep := slices.Index(fields, "-")
+		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
+			continue
+		}
+		if unescapeMount(fields[4]) != mp {
+			continue
+		}
+		if fields[sep+1] == "fuse.branchfs" {
+			source, ok = unescapeMount(fields[sep+2]), true
+		} else {
+			source, ok = "", false // a later mount stacks over an earlier one
+		}
+	}
+	return source, ok
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

@@ -171,6 +171,8 @@ func ctlErrno(err error) syscall.Errno {
 		return syscall.EINVAL
 	case errors.Is(err, api.ErrNoSpace):
 		return syscall.ENOSPC
+	case errors.Is(err, api.ErrUnavailable):
+		return syscall.EOPNOTSUPP
 	}
 	return syscall.EIO
 }

@@ -44,6 +44,9 @@ type Config struct {
 	CacheTTL time.Duration
 	Logger   *slog.Logger
 	Debug    bool
+	// FsName is the mount's source as mount(8) and /proc/self/mountinfo
+	// show it; default the store's base directory.
+	FsName string
 }
 
 // FS is one mounted branchable view of a store.
@@ -99,6 +102,9 @@ func Mount(cfg Config) (*FS, error) {
 	if cfg.Branch == "" {
 		cfg.Branch = store.Main
 	}
+	if cfg.FsName == "" {
+		cfg.FsName = cfg.Store.Base()
+	}
 	if _, err := cfg.Store.Branch(cfg.Branch); err != nil {
 		return nil, fmt.Errorf("cowfs: %w", err)
 	}
@@ -123,7 +129,7 @@ func Mount(cfg Config) (*FS, error) {
 	opts := &fs.Options{
 		EntryTimeout: &ttl, AttrTimeout: &ttl, NegativeTimeout: &ttl,
 		MountOptions: fuse.MountOptions{
-			FsName:             cfg.Store.Base(),
+			FsName:             cfg.FsName,
 			Name:               "branchfs",
 			DirectMount:        root,
 			AllowOther:         root,
@@ -227,6 +233,17 @@ func (f *FS) Mountpoint() string { return f.cfg.Mountpoint }
 // detaches it lazily.
 func (f *FS) Unmount(force bool) error {
 	err := f.server.Unmount()
+	if err != nil && os.Geteuid() == 0 {
+		// go-fuse falls back to fusermount when its own umount(2) fails, and
+		// reports that one's failure (fusermount missing, say) rather than
+		// the kernel's: ask the kernel once more, to learn EBUSY.
+		switch uerr := unix.Unmount(f.cfg.Mountpoint, 0); {
+		case uerr == nil:
+			err = nil
+		case errors.Is(uerr, unix.EBUSY):
+			err = uerr
+		}
+	}
 	if err != nil && force {
 		conn, connOK := fuseConn(f.cfg.Mountpoint) // before the detach hides it
 		err = unix.Unmount(f.cfg.Mountpoint, unix.MNT_DETACH)

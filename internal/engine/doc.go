@@ -57,7 +57,7 @@
 //
 // # Locking
 //
-// Engine.life serialises tree_create, tree_open, tree_drop and Close.
+// Engine.life serialises tree_create, tree_open, tree_drop, tree_delete and Close.
 // Engine.mu guards the map of loaded trees and the closed flag, and is held
 // only to look up, insert or remove. treeState.mu serialises every verb on
 // one tree, with its Files calls and its metadata writes; verbs on different

@@ -48,8 +48,8 @@ type Config struct {
 // Engine serves the tree verbs. It is safe for concurrent use.
 //
 // Locking: Engine.mu guards trees and closed (held only to look up, insert
-// or remove a tree). Engine.life serialises tree_create, tree_open and
-// tree_drop with each other, so an id is never created twice. Each
+// or remove a tree). Engine.life serialises tree_create, tree_open,
+// tree_drop and tree_delete with each other, so an id is never created twice. Each
 // treeState.mu serialises every verb on that tree, its Files calls and its
 // metadata writes. Lock order: life, then a treeState.mu, then Engine.mu,
 // then hub.mu. hub.mu guards the watchers.
@@ -107,6 +107,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, meta: m, log: cfg.Logger, trees: map[string]*treeState{}}
 	e.hub.init()
+	e.removeDeleted()
 	tms, err := m.trees()
 	if err != nil {
 		m.close()
@@ -208,6 +209,8 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 		return e.open(ctx, req)
 	case api.OpTreeDrop:
 		return e.drop(req)
+	case api.OpTreeDelete:
+		return e.del(ctx, req)
 	case api.OpTreeWatch:
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_watch streams: the face calls Watch")
 	case api.OpTreeFork, api.OpTreeForkBat, api.OpTreeRollback, api.OpTreeCommit, api.OpTreeAbort,
@@ -246,7 +249,7 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 // isAPI reports whether err wraps an api sentinel.
 func isAPI(err error) bool {
 	for _, s := range []error{api.ErrBadRequest, api.ErrNotFound, api.ErrExists, api.ErrStale, api.ErrBudget,
-		api.ErrProtected, api.ErrState, api.ErrBusy, api.ErrNoSpace, api.ErrAuth, api.ErrInternal} {
+		api.ErrProtected, api.ErrState, api.ErrBusy, api.ErrNoSpace, api.ErrAuth, api.ErrUnavailable, api.ErrInternal} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -226,3 +226,15 @@ func (m *meta) save(tm treeMeta, p *tree.Plan, intent *commitIntent, clearIntent
 
 // saveMeta writes only the tree's meta.
 func (m *meta) saveMeta(tm treeMeta) error { return m.save(tm, nil, nil, false) }
+
+// remove deletes tree id's metadata (its nodes, a commit intent) in one
+// transaction.
+func (m *meta) remove(id string) error {
+	return dbErr("delete tree", m.db.Update(func(tx *bolt.Tx) error {
+		tb := tx.Bucket(bucketTrees)
+		if tb.Bucket([]byte(id)) == nil {
+			return nil
+		}
+		return tb.DeleteBucket([]byte(id))
+	}))
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -249,6 +250,86 @@ func (e *Engine) drop(req api.Request) (api.Response, error) {
 	e.emit(ts, "drop", "")
 	e.hub.endTree(ts.id)
 	return api.Response{Status: api.StatusOK, TreeID: ts.id}, nil
+}
+
+// del is tree_delete: the tree leaves the daemon, its metadata and its
+// directory (layers, mount, store) go; the base directory stays. It works on
+// a loaded and on a dropped tree alike. Order, for a crash at any step: the
+// files layer is closed (unmounted), the directory renamed aside (a tree
+// whose directory is gone fails to load and can be deleted again), the
+// metadata deleted in one transaction (the id is free from then on), and
+// the renamed directory removed (New removes what a crash left of it).
+func (e *Engine) del(ctx context.Context, req api.Request) (api.Response, error) {
+	const op = api.OpTreeDelete
+	if req.TreeID == "" {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: tree_id is required", op)
+	}
+	e.life.Lock()
+	defer e.life.Unlock()
+	if e.isClosed() {
+		return api.Response{}, api.Errorf(api.ErrBusy, "%s: engine closed", op)
+	}
+	// Only an id the metadata knows names a directory (ids were checked at
+	// create), so a crafted id never reaches the filesystem.
+	known, err := e.meta.exists(req.TreeID)
+	if err != nil {
+		return api.Response{}, err
+	}
+	if !known {
+		return api.Response{}, api.Errorf(api.ErrNotFound, "%s: tree %q", op, req.TreeID)
+	}
+	e.mu.Lock()
+	ts, loaded := e.trees[req.TreeID]
+	e.mu.Unlock()
+	if loaded {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		if err := ts.files.Close(); err != nil {
+			return api.Response{}, fmt.Errorf("%s %s: close its files: %w", op, ts.id, err)
+		}
+		ts.dropped = true
+		e.mu.Lock()
+		delete(e.trees, ts.id)
+		e.mu.Unlock()
+	}
+	dir := e.treeDir(req.TreeID)
+	aside := filepath.Join(e.cfg.Home, "trees", deletedPrefix+req.TreeID)
+	if err := os.Rename(dir, aside); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return api.Response{}, fmt.Errorf("%s %s: %w: %w", op, req.TreeID, api.ErrInternal, err)
+	}
+	if err := e.meta.remove(req.TreeID); err != nil {
+		return api.Response{}, fmt.Errorf("%s %s: %w", op, req.TreeID, err)
+	}
+	if err := os.RemoveAll(aside); err != nil {
+		// The tree is gone (its id is free); New retries the removal.
+		e.log.Warn("remove deleted tree's directory", "tree", req.TreeID, "dir", aside, "err", err)
+	}
+	if loaded {
+		e.emit(ts, "delete", "")
+		e.hub.endTree(ts.id)
+	}
+	return api.Response{Status: api.StatusOK, TreeID: req.TreeID}, nil
+}
+
+// deletedPrefix names a deleted tree's directory set aside for removal; a
+// tree id cannot start with it (treeIDRE).
+const deletedPrefix = ".deleted-"
+
+// removeDeleted removes what an interrupted tree_delete left under
+// HOME/trees.
+func (e *Engine) removeDeleted() {
+	ents, err := os.ReadDir(filepath.Join(e.cfg.Home, "trees"))
+	if err != nil {
+		return
+	}
+	for _, ent := range ents {
+		if strings.HasPrefix(ent.Name(), deletedPrefix) {
+			p := filepath.Join(e.cfg.Home, "trees", ent.Name())
+			if err := os.RemoveAll(p); err != nil {
+				e.log.Warn("remove deleted tree's directory", "dir", p, "err", err)
+			}
+		}
+	}
 }
 
 // load reads tree id from the metadata store, opens its files layer and

@@ -100,6 +100,10 @@ func (f *Fake) Do(ctx context.Context, req api.Request) (api.Response, error) {
 		delete(f.trees, t.id)
 		f.emit(t.id, "drop", "")
 		return api.Response{Status: api.StatusOK}, nil
+	case api.OpTreeDelete:
+		delete(f.trees, t.id)
+		f.emit(t.id, "delete", "")
+		return api.Response{Status: api.StatusOK, TreeID: t.id}, nil
 	case api.OpTreeOpen:
 		return api.Response{Status: "tree_opened", TreeID: t.id, Root: t.root}, nil
 	case api.OpTreeEvict:

@@ -7,7 +7,8 @@
 //	POST   /v1/trees                                  tree_create (201)
 //	GET    /v1/trees                                  tree_list
 //	GET    /v1/trees/{tree}                           tree_nodes
-//	DELETE /v1/trees/{tree}                           tree_drop
+//	DELETE /v1/trees/{tree}                           tree_delete (nodes, layers and metadata; the base stays)
+//	POST   /v1/trees/{tree}/drop                      tree_drop (forget it, keep it on disk for tree_open)
 //	POST   /v1/trees/{tree}/open                      tree_open
 //	POST   /v1/trees/{tree}/evict                     tree_auto_evict
 //	GET    /v1/trees/{tree}/watch                     tree_watch, as server-sent events
@@ -26,8 +27,10 @@
 // HTTP status mapped from the code: bad_request 400, unauthorized 401,
 // not_found 404, exists/stale/bad_state/protected/busy/budget 409 (budget is
 // a conflict with the tree's current state, which abort, prune or evict can
-// change, so 409 rather than 422), no_space 507, internal 500. Unknown routes
-// (404) and methods (405, with Allow) use the same envelope.
+// change, so 409 rather than 422), no_space 507, unavailable 503 (the host
+// lacks what the verb needs: a usable /dev/fuse, fusermount3), internal 500;
+// the table is api.ErrorCodes. Unknown routes (404) and methods (405, with
+// Allow) use the same envelope.
 //
 // Request bodies are JSON objects decoded strictly (unknown fields, wrong
 // types and trailing data are bad_request) and limited to

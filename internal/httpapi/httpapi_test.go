@@ -244,7 +244,7 @@ func TestStatus(t *testing.T) {
 	for code, want := range map[string]int{
 		api.CodeBadRequest: 400, api.CodeAuth: 401, api.CodeNotFound: 404,
 		api.CodeExists: 409, api.CodeStale: 409, api.CodeState: 409, api.CodeProtected: 409,
-		api.CodeBusy: 409, api.CodeBudget: 409, api.CodeNoSpace: 507, api.CodeInternal: 500, "weird": 500,
+		api.CodeBusy: 409, api.CodeBudget: 409, api.CodeNoSpace: 507, api.CodeUnavailable: 503, api.CodeInternal: 500, "weird": 500,
 	} {
 		if got := httpapi.Status(code); got != want {
 			t.Errorf("Status(%s) = %d, want %d", code, got, want)

@@ -76,7 +76,8 @@ func (s *Server) routes() []route {
 			req.Op, req.TreeID = api.OpTreeNodes, r.PathValue("tree")
 			return nil
 		})},
-		treeVerb("DELETE", "/v1/trees/{tree}", api.OpTreeDrop),
+		treeVerb("DELETE", "/v1/trees/{tree}", api.OpTreeDelete),
+		treeVerb("POST", "/v1/trees/{tree}/drop", api.OpTreeDrop),
 		treeVerb("POST", "/v1/trees/{tree}/open", api.OpTreeOpen),
 		treeVerb("POST", "/v1/trees/{tree}/evict", api.OpTreeEvict),
 		{"GET", "/v1/trees/{tree}/watch", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

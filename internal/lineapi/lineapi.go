@@ -392,7 +392,7 @@ var knownOps = map[string]bool{
 	api.OpTreeCommit: true, api.OpTreeAbort: true, api.OpTreeRollback: true, api.OpTreeProtect: true,
 	api.OpTreeUnprot: true, api.OpTreePrune: true, api.OpTreeSuspend: true, api.OpTreeResume: true,
 	api.OpTreeEvict: true, api.OpTreeNodes: true, api.OpTreeList: true, api.OpTreeWatch: true,
-	api.OpTreeDrop: true, api.OpTreeOpen: true,
+	api.OpTreeDrop: true, api.OpTreeDelete: true, api.OpTreeOpen: true,
 	api.OpWsMount: true, api.OpWsUnmount: true, api.OpWsCreate: true, api.OpWsCommit: true,
 	api.OpWsAbort: true, api.OpWsSwitch: true, api.OpWsList: true, api.OpWsDiff: true, api.OpWsMounts: true,
 	api.OpShutdown: true,

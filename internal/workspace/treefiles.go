@@ -41,7 +41,8 @@ func (m *Manager) OpenTreeFiles(ctx context.Context, dir, base string) (*TreeFil
 		st.Close()
 		return nil, err
 	}
-	f, err := cowfs.Mount(cowfs.Config{Store: st, Mountpoint: mnt, NoControl: true, Passthrough: m.cfg.Passthrough, Logger: m.log})
+	f, err := cowfs.Mount(cowfs.Config{Store: st, Mountpoint: mnt, NoControl: true, Passthrough: m.cfg.Passthrough, Logger: m.log,
+		FsName: MountSource(m.cfg.Home, base)})
 	if err != nil {
 		st.Close()
 		return nil, err

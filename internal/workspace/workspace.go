@@ -98,10 +98,15 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-func (m *Manager) recordsPath() string { return filepath.Join(m.cfg.Home, "mounts.json") }
+func (m *Manager) recordsPath() string { return recordsPath(m.cfg.Home) }
 
-func (m *Manager) readRecords() ([]record, error) {
-	data, err := os.ReadFile(m.recordsPath())
+func recordsPath(home string) string { return filepath.Join(home, "mounts.json") }
+
+func (m *Manager) readRecords() ([]record, error) { return readRecords(m.cfg.Home) }
+
+
+func readRecords(home string) ([]record, error) {
+	data, err := os.ReadFile(recordsPath(home))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -110,9 +115,48 @@ func (m *Manager) readRecords() ([]record, error) {
 	}
 	var recs []record
 	if err := json.Unmarshal(data, &recs); err != nil {
-		return nil, fmt.Errorf("workspace: %s: %w", m.recordsPath(), err)
+		return nil, fmt.Errorf("workspace: %s: %w", recordsPath(home), err)
 	}
 	return recs, nil
+}
+
+// RememberedMounts lists the mountpoints the daemon of home had mounted
+// when it last saved its table: the ones it re-establishes when it starts.
+func RememberedMounts(home string) ([]string, error) {
+	recs, err := readRecords(home)
+	if err != nil {
+		return nil, err
+	}
+	var mps []string
+	for _, r := range recs {
+		mps = append(mps, r.Mountpoint)
+	}
+	return mps, nil
+}
+
+// sourcePrefix starts the source (fsname) of every mount a daemon makes;
+// MountSource and ParseSource are the whole format.
+const sourcePrefix = "arbor:"
+
+// MountSource is the source (FUSE fsname, shown by mount(8) and in
+// /proc/self/mountinfo) of a mount of base made by the daemon of home:
+// "arbor:HOME:BASE". It names the daemon that owns a mount, so a command
+// run with another ARBOR_HOME can say which daemon to ask.
+func MountSource(home, base string) string { return sourcePrefix + home + ":" + base }
+
+// ParseSource splits a MountSource; ok is false for any other source. Both
+// paths are absolute, so the base starts at the first ":/" (a home with
+// ":/" in it is not told apart).
+func ParseSource(src string) (home, base string, ok bool) {
+	rest, ok := strings.CutPrefix(src, sourcePrefix)
+	if !ok {
+		return "", "", false
+	}
+	i := strings.Index(rest, ":/")
+	if i <= 0 {
+		return "", "", false
+	}
+	return rest[:i], rest[i+1:], true
 }
 
 // writeRecords saves the mount table atomically. The caller holds m.mu (or
@@ -175,8 +219,8 @@ func detachStale(mp string) {
 
 // mount mounts base at mp showing branch. The caller holds m.mu or is New.
 func (m *Manager) mount(base, mp, branch string) (*cowfs.FS, error) {
-	if _, ok := m.mounts[mp]; ok {
-		return nil, api.Errorf(api.ErrExists, "mount %s: already mounted", mp)
+	if f, ok := m.mounts[mp]; ok {
+		return nil, api.Errorf(api.ErrExists, "mount %s: already mounted (base %s)", mp, f.Store().Base())
 	}
 	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
 		return nil, api.Errorf(api.ErrBadRequest, "mount: base %s is not a directory", base)
@@ -206,6 +250,7 @@ func (m *Manager) mount(base, mp, branch string) (*cowfs.FS, error) {
 	}
 	f, err := cowfs.Mount(cowfs.Config{
 		Store: sh.st, Mountpoint: mp, Branch: branch, Passthrough: m.cfg.Passthrough, Logger: m.log,
+		FsName: MountSource(m.cfg.Home, base),
 		OnCommit: func(res store.CommitResult, child string) {
 			m.others(sh, mp, func(o *cowfs.FS) { o.Committed(res, child) })
 		},
@@ -387,6 +432,16 @@ func (m *Manager) Do(ctx context.Context, req api.Request) (api.Response, error)
 		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		if f, ok := m.mounts[mp]; ok && f.Store().Base() == base {
+			// The same base at the same place (a restarted daemon
+			// re-established it): nothing to do, unless another branch was
+			// asked for.
+			if cur := f.Current(); req.Branch != "" && req.Branch != cur {
+				return api.Response{}, api.Errorf(api.ErrExists,
+					"mount %s: already mounted, showing %s, not %s (arbor switch changes the branch shown)", mp, cur, req.Branch)
+			}
+			return api.Response{Status: "ws_mounted", Path: mp, Branch: f.Current(), AlreadyMounted: true}, nil
+		}
 		f, err := m.mount(base, mp, req.Branch)
 		if err != nil {
 			return api.Response{}, err
