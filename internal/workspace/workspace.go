@@ -104,7 +104,6 @@ func recordsPath(home string) string { return filepath.Join(home, "mounts.json")
 
 func (m *Manager) readRecords() ([]record, error) { return readRecords(m.cfg.Home) }
 
-
 func readRecords(home string) ([]record, error) {
 	data, err := os.ReadFile(recordsPath(home))
 	if errors.Is(err, os.ErrNotExist) {
