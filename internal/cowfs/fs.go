@@ -47,6 +47,10 @@ type Config struct {
 	// FsName is the mount's source as mount(8) and /proc/self/mountinfo
 	// show it; default the store's base directory.
 	FsName string
+
+	// viaFusermount mounts through fusermount3 even as root (tests of the
+	// path every non-root daemon takes).
+	viaFusermount bool
 }
 
 // FS is one mounted branchable view of a store.
@@ -59,9 +63,12 @@ type FS struct {
 	// so a FLUSH of a passthrough descriptor has nothing to do.
 	localFS bool
 	control bool
-	log     *slog.Logger
-	server  *fuse.Server
-	root    *node
+	// fusermounted: mounted by fusermount3 (not root), so unmounted by it
+	// too; go-fuse knows only the descriptor (see fusermount.go).
+	fusermounted bool
+	log          *slog.Logger
+	server       *fuse.Server
+	root         *node
 
 	mu      sync.Mutex // guards the fields below
 	current string
@@ -152,10 +159,25 @@ func Mount(cfg Config) (*FS, error) {
 	// 23-27 µs each instead of 3). Passthrough writes reach no request, so
 	// an unprivileged open for writing clears them (see node.Open).
 	opts.MountOptions.ExtraCapabilities = fuse.CAP_HANDLE_KILLPRIV_V2
+	mountpoint := cfg.Mountpoint
+	if !root || cfg.viaFusermount {
+		// fusermount3 mounts; we keep its stderr (see fusermount.go).
+		fd, err := fusermountMount(cfg.Mountpoint, &opts.MountOptions)
+		if err != nil {
+			return nil, fmt.Errorf("cowfs: %w", err)
+		}
+		mountpoint, f.fusermounted = "/dev/fd/"+itoa(fd), true
+		// go-fuse tries a direct mount before it looks for /dev/fd/N, and
+		// /dev/fd/N is /dev/fuse: that would mount a second FS there.
+		opts.MountOptions.DirectMount = false
+	}
 	f.startNotifier() // before the kernel's first requests
-	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), cfg.Mountpoint, &opts.MountOptions)
+	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), mountpoint, &opts.MountOptions)
 	if err != nil {
 		f.stopNotifier()
+		if f.fusermounted {
+			fusermountUnmount(cfg.Mountpoint, true)
+		}
 		return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
 	}
 	go srv.Serve()
@@ -232,6 +254,21 @@ func (f *FS) Mountpoint() string { return f.cfg.Mountpoint }
 // Unmount unmounts; a busy mount fails with api.ErrBusy unless force, which
 // detaches it lazily.
 func (f *FS) Unmount(force bool) error {
+	if f.fusermounted {
+		err := fusermountUnmount(f.cfg.Mountpoint, false)
+		if err != nil && force {
+			err = fusermountUnmount(f.cfg.Mountpoint, true)
+		}
+		if err != nil {
+			if strings.Contains(err.Error(), "busy") {
+				return api.Errorf(api.ErrBusy, "unmount %s: the mount is in use", f.cfg.Mountpoint)
+			}
+			return fmt.Errorf("unmount %s: %w", f.cfg.Mountpoint, err)
+		}
+		f.server.Wait()
+		f.stopNotifier()
+		return nil
+	}
 	err := f.server.Unmount()
 	if err != nil && os.Geteuid() == 0 {
 		// go-fuse falls back to fusermount when its own umount(2) fails, and

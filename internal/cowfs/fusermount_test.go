@@ -1,0 +1,90 @@
+package cowfs
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/store"
+)
+
+// TestFusermountCause: when fusermount3 fails, its own words reach the
+// error (they went only to the daemon's log before: "fusermount exited with
+// code 256"), under api.ErrUnavailable.
+func TestFusermountCause(t *testing.T) {
+	bin := t.TempDir()
+	script := "#!/bin/sh\necho 'fusermount3: failed to open /dev/fuse: Permission denied' >&2\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(bin, "fusermount3"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin)
+	st := newStoreNoFUSE(t)
+	_, err := Mount(Config{Store: st, Mountpoint: t.TempDir(), viaFusermount: true})
+	if !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("Mount: %v, want an error wrapping ErrUnavailable", err)
+	}
+	if !strings.Contains(err.Error(), "fusermount3: failed to open /dev/fuse: Permission denied") {
+		t.Fatalf("Mount: %q does not carry fusermount3's stderr", err)
+	}
+	if api.Code(err) != api.CodeUnavailable {
+		t.Fatalf("code %q, want %q", api.Code(err), api.CodeUnavailable)
+	}
+}
+
+// TestFusermountServes: a mount made through fusermount3 (the path of every
+// daemon that is not root) serves files and unmounts, busy refused first.
+func TestFusermountServes(t *testing.T) {
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		t.Skip("no fusermount3 on PATH (Debian: apt-get install fuse3)")
+	}
+	st := newStore(t, func(base string) { os.WriteFile(filepath.Join(base, "a.txt"), []byte("a"), 0o644) })
+	mnt := t.TempDir()
+	f, err := Mount(Config{Store: st, Mountpoint: mnt, viaFusermount: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.fusermounted {
+		t.Fatal("not mounted through fusermount3")
+	}
+	done := false
+	t.Cleanup(func() {
+		if !done {
+			f.Unmount(true)
+		}
+	})
+	if b, err := os.ReadFile(filepath.Join(mnt, "a.txt")); err != nil || string(b) != "a" {
+		t.Fatalf("read through the mount: %q, %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "b.txt"), []byte("b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	busy, err := os.Open(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Unmount(false); !errors.Is(err, api.ErrBusy) {
+		t.Errorf("Unmount with an open directory: %v, want ErrBusy", err)
+	}
+	busy.Close()
+	if err := f.Unmount(false); err != nil {
+		t.Fatalf("Unmount: %v", err)
+	}
+	done = true
+	if _, ok := fuseConn(mnt); ok {
+		t.Fatal("still mounted after Unmount")
+	}
+}
+
+// newStoreNoFUSE is a store for a test that never mounts.
+func newStoreNoFUSE(t *testing.T) *store.Store {
+	st, err := store.Open(store.Config{Dir: t.TempDir(), Base: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
