@@ -29,6 +29,17 @@ type Files interface {
 	Close() error
 }
 
+// Freezer is a Files whose branches can refuse writes. The engine makes a
+// suspended node's branch unwritable and a live one's writable again, so a
+// suspended node's files cannot change behind the tree's back. The files
+// layer of the dir backend (workspace.TreeFiles) implements it; a Files
+// that does not cannot keep a suspended node's files still.
+type Freezer interface {
+	// SetWritable makes every change through the branch's Path fail with
+	// EROFS (writable false), or work again.
+	SetWritable(name string, writable bool) error
+}
+
 // OpenFiles opens (creating if need be) the files layer of one tree: dir is the tree's private
 // directory under the daemon's home, base the user's base directory; the root branch is named "main".
 type OpenFiles func(ctx context.Context, dir, base string) (Files, error)

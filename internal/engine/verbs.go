@@ -77,14 +77,51 @@ func (e *Engine) emit(ts *treeState, kind, node string) {
 
 // save writes p (and the tree's next id) in one transaction, then applies
 // it to the in-memory tree.
+//
+// A node the plan suspends has its files made unwritable before the save
+// (undone if the save fails); one it makes live again, writable after.
 func (e *Engine) saveApply(ts *treeState, p *tree.Plan, intent *commitIntent, clearIntent bool) error {
+	var freeze, thaw []string
+	for _, n := range p.Put {
+		old, ok := ts.t.Node(n.ID)
+		switch {
+		case n.State == tree.Suspended && (!ok || old.State != tree.Suspended):
+			freeze = append(freeze, n.ID)
+		case n.State == tree.Live && ok && old.State == tree.Suspended:
+			thaw = append(thaw, n.ID)
+		}
+	}
+	if err := e.setWritable(ts, freeze, false); err != nil {
+		return err
+	}
 	tm := ts.meta
 	tm.NextID = p.NextID
 	if err := e.meta.save(tm, p, intent, clearIntent); err != nil {
+		if uerr := e.setWritable(ts, freeze, true); uerr != nil {
+			return fmt.Errorf("%w: %w", err, uerr)
+		}
 		return err
 	}
 	ts.meta = tm
-	return ts.t.Apply(p)
+	if err := ts.t.Apply(p); err != nil {
+		return err
+	}
+	return e.setWritable(ts, thaw, true)
+}
+
+// setWritable makes the files of nodes ids writable or not, if the files
+// layer can (Freezer).
+func (e *Engine) setWritable(ts *treeState, ids []string, writable bool) error {
+	fz, ok := ts.files.(Freezer)
+	if !ok {
+		return nil
+	}
+	for _, id := range ids {
+		if err := fz.SetWritable(ts.branch(id), writable); err != nil {
+			return fmt.Errorf("node %s: make its files writable=%v: %w", id, writable, err)
+		}
+	}
+	return nil
 }
 
 func (e *Engine) create(ctx context.Context, req api.Request) (api.Response, error) {
@@ -406,6 +443,16 @@ func (e *Engine) reconcile(ctx context.Context, ts *treeState, intent *commitInt
 		keepB[ts.branch(n.ID)] = true
 	}
 	if err := abortExtra(ctx, ts.files, keepB); err != nil {
+		return err
+	}
+	// The files layer forgets what was unwritable: suspended nodes again.
+	var suspended []string
+	for _, n := range t.Nodes() {
+		if n.State == tree.Suspended {
+			suspended = append(suspended, n.ID)
+		}
+	}
+	if err := e.setWritable(ts, suspended, false); err != nil {
 		return err
 	}
 	e.measure(ts, nil)

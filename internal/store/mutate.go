@@ -218,6 +218,24 @@ func writableBranch(b *Branch) error {
 	if b.stale || b.gone {
 		return syscall.ESTALE
 	}
+	if b.readOnly {
+		return syscall.EROFS
+	}
+	return nil
+}
+
+// SetWritable makes branch name refuse every change with EROFS (writable
+// false) or take them again. Descriptors opened for writing before keep
+// writing; every later open for writing, create, remove, rename, link and
+// attribute change is refused. The flag is not persisted.
+func (s *Store) SetWritable(name string, writable bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := s.branch(name)
+	if err != nil {
+		return err
+	}
+	b.readOnly = !writable
 	return nil
 }
 

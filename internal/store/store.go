@@ -71,6 +71,9 @@ type Branch struct {
 	gen       uint64 // bumped by every commit into this branch
 	stale     bool
 	gone      bool // aborted or committed: a handle still held fails with ESTALE
+	// readOnly refuses every change with EROFS (a suspended node's branch);
+	// kept in memory only: the owner sets it again after a restart.
+	readOnly bool
 	Quota     int64
 	kids      []*Branch // the children forked from it, while they last (see unlink)
 }

@@ -91,6 +91,12 @@ func (t *TreeFiles) Branches() ([]string, error) {
 	return out, nil
 }
 
+// SetWritable makes the branch refuse every change through its path with
+// EROFS (a suspended node), or take them again.
+func (t *TreeFiles) SetWritable(name string, writable bool) error {
+	return t.st.SetWritable(name, writable)
+}
+
 // DiskBytes is the bytes the branch's own layers hold.
 func (t *TreeFiles) DiskBytes(name string) int64 { return t.st.DiskBytes(name) }
 

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/arbor-dev/arbor/api"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/arbor-dev/arbor/internal/engine/filestest"
 	"github.com/arbor-dev/arbor/internal/testenv"
 	"github.com/arbor-dev/arbor/internal/workspace"
+	"golang.org/x/sys/unix"
 )
 
 func newManager(t *testing.T) *workspace.Manager {
@@ -102,4 +105,76 @@ func TestForkRightAfterClose(t *testing.T) {
 	if hits > 0 {
 		t.Fatalf("%d of %d commits of children forked right after a close were spuriously stale (async FUSE RELEASE vs store.keepWriters)", hits, 2*rounds)
 	}
+}
+
+// TestTreeFilesReadOnly: an unwritable branch (a suspended node) refuses
+// every kind of change through its path with EROFS, and takes them again
+// once writable; reads go on.
+func TestTreeFilesReadOnly(t *testing.T) {
+	testenv.NeedFUSE(t)
+	m := newManager(t)
+	ctx := t.Context()
+	base := t.TempDir()
+	if err := os.WriteFile(filepath.Join(base, "a.txt"), []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(base, "d"), 0o755)
+	f, err := m.OpenTreeFiles(ctx, t.TempDir(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Fork(ctx, engine.MainBranch, []string{"n2"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.Path("n2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetWritable("n2", false); err != nil {
+		t.Fatal(err)
+	}
+	for what, change := range map[string]func() error{
+		"create":   func() error { return os.WriteFile(filepath.Join(p, "new.txt"), []byte("x"), 0o644) },
+		"write":    func() error { return os.WriteFile(filepath.Join(p, "a.txt"), []byte("x"), 0o644) },
+		"append":   func() error { return appendTo(filepath.Join(p, "a.txt")) },
+		"truncate": func() error { return os.Truncate(filepath.Join(p, "a.txt"), 0) },
+		"chmod":    func() error { return os.Chmod(filepath.Join(p, "a.txt"), 0o600) },
+		"remove":   func() error { return os.Remove(filepath.Join(p, "a.txt")) },
+		"rename":   func() error { return os.Rename(filepath.Join(p, "a.txt"), filepath.Join(p, "b.txt")) },
+		"mkdir":    func() error { return os.Mkdir(filepath.Join(p, "e"), 0o755) },
+		"rmdir":    func() error { return os.Remove(filepath.Join(p, "d")) },
+		"symlink":  func() error { return os.Symlink("a.txt", filepath.Join(p, "l")) },
+		"link":     func() error { return os.Link(filepath.Join(p, "a.txt"), filepath.Join(p, "h")) },
+		"setxattr": func() error { return unix.Setxattr(filepath.Join(p, "a.txt"), "user.k", []byte("v"), 0) },
+		"utimes":   func() error { return os.Chtimes(filepath.Join(p, "a.txt"), time.Unix(1, 0), time.Unix(1, 0)) },
+	} {
+		if err := change(); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("%s in an unwritable branch: %v, want EROFS", what, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(p, "a.txt")); err != nil || string(b) != "a" {
+		t.Errorf("read of an unwritable branch: %q, %v", b, err)
+	}
+	if err := f.SetWritable("n2", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(p, "a.txt"), []byte("x"), 0o644); err != nil {
+		t.Errorf("write after SetWritable(true): %v", err)
+	}
+	if err := f.SetWritable("nope", false); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("SetWritable of an unknown branch: %v, want ErrNotFound", err)
+	}
+}
+
+func appendTo(path string) error {
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	_, err = fh.WriteString("x")
+	if cerr := fh.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
