@@ -74,8 +74,8 @@ type Branch struct {
 	// readOnly refuses every change with EROFS (a suspended node's branch);
 	// kept in memory only: the owner sets it again after a restart.
 	readOnly bool
-	Quota     int64
-	kids      []*Branch // the children forked from it, while they last (see unlink)
+	Quota    int64
+	kids     []*Branch // the children forked from it, while they last (see unlink)
 }
 
 // IsStale reports whether the branch lost a commit race (or is gone).
