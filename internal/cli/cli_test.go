@@ -3,6 +3,9 @@ package cli
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -51,12 +54,19 @@ func TestScripts(t *testing.T) {
 		RequireExplicitExec: true,
 		Setup: func(env *testscript.Env) error {
 			home := filepath.Join(env.WorkDir, "home")
+			home2 := filepath.Join(env.WorkDir, "home2") // a second daemon's, for scripts that need one
 			env.Setenv("ARBOR_HOME", home)
-			env.Defer(func() { stopAll(env.T(), home, env.WorkDir) })
+			env.Setenv("HOME2", home2)
+			env.Defer(func() {
+				stopAll(env.T(), home2, "")
+				stopAll(env.T(), home, env.WorkDir)
+			})
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"nodepath": cmdNodePath,
+			"freeport": cmdFreePort,
+			"httpget":  cmdHTTPGet,
 		},
 	})
 }
@@ -85,6 +95,43 @@ func cmdNodePath(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Fatalf("no node %s in tree %s", args[2], args[1])
 }
 
+// cmdFreePort sets an environment variable to a loopback TCP port nobody
+// listens on: freeport VAR.
+func cmdFreePort(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 1 || neg {
+		ts.Fatalf("usage: freeport VAR")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ts.Check(err)
+	ts.Setenv(args[0], strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	l.Close()
+}
+
+// cmdHTTPGet fetches a URL and writes the body to stdout; with ! it must
+// fail to connect: [!] httpget URL.
+func cmdHTTPGet(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 1 {
+		ts.Fatalf("usage: httpget URL")
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	res, err := hc.Get(args[0])
+	if neg {
+		if err == nil {
+			res.Body.Close()
+			ts.Fatalf("GET %s: HTTP %s, want no answer", args[0], res.Status)
+		}
+		return
+	}
+	ts.Check(err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	ts.Check(err)
+	if res.StatusCode != http.StatusOK {
+		ts.Fatalf("GET %s: HTTP %s: %s", args[0], res.Status, b)
+	}
+	ts.Stdout().Write(b)
+}
+
 // stopAll asks the daemon of home to exit; if it is still there after 20s
 // it kills it (found by its exact --home argument); then it detaches any
 // mount left under work. Nothing a script starts outlives it.
@@ -106,7 +153,9 @@ func stopAll(t testscript.T, home, work string) {
 		waitUnlocked(kctx, filepath.Join(home, "arbord.lock"))
 		kcancel()
 	}
-	detachUnder(work)
+	if work != "" {
+		detachUnder(work)
+	}
 }
 
 // waitUnlocked waits until nobody holds the daemon lock at path.

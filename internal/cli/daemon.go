@@ -171,7 +171,7 @@ func (e *env) benchCmd() *cobra.Command {
 		Use:               "bench",
 		Short:             "Benchmarks",
 		Long:              "Benchmarks of Arbor against its peers.",
-		Example:           "  arbor bench fs --case small-files --size 64M",
+		Example:           "  arbor bench fs --case create --size 64M",
 		Args:              subcommandArgs,
 		RunE:              helpRunE,
 		ValidArgsFunction: cobra.NoFileCompletions,
@@ -182,7 +182,7 @@ func (e *env) benchCmd() *cobra.Command {
 		Long: `Runs the filesystem benchmark cases against native, overlayfs, fuse-overlayfs
 and Arbor's mounts and prints a table of medians (--json for the report).
 arbor bench fs --list names the cases and systems.`,
-		Example:            "  arbor bench fs --list\n  arbor bench fs --case small-files,git-status --size 64M\n  arbor bench fs --json --json-out bench.json",
+		Example:            "  arbor bench fs --list\n  arbor bench fs --case create,git-status --size 64M\n  arbor bench fs --json --json-out bench.json",
 		DisableFlagParsing: true, // fsbench.Main owns its flags
 	}
 	fs.RunE = func(cmd *cobra.Command, args []string) error {
