@@ -176,11 +176,11 @@ func TestDaemonFile(t *testing.T) {
 		t.Errorf("config %+v (level %v)", s.Config, s.logLevel)
 	}
 	for body, want := range map[string]string{
-		"htpp = \"x\"\n":        "unknown key htpp",
-		"http = 7878\n":         "configuration file",
+		"htpp = \"x\"\n":         "unknown key htpp",
+		"http = 7878\n":          "configuration file",
 		"log_level = \"loud\"\n": `log_level "loud"`,
-		"allow_uids = [-1]\n":   "allow_uids: -1",
-		"http = \n":             "configuration file",
+		"allow_uids = [-1]\n":    "allow_uids: -1",
+		"http = \n":              "configuration file",
 	} {
 		fc, err := readDaemonFile(write(body), true)
 		if err == nil {
