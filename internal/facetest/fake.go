@@ -30,6 +30,7 @@ type fakeTree struct {
 	id, base, backend, root string
 	budget                  api.Budget
 	nodes                   map[string]*fakeNode
+	dropped                 bool // tree_drop: unloaded but kept, for tree_open
 }
 
 type fakeNode struct {
@@ -79,6 +80,9 @@ func (f *Fake) Do(ctx context.Context, req api.Request) (api.Response, error) {
 	case api.OpTreeList:
 		var ts []api.Tree
 		for _, t := range f.trees {
+			if t.dropped {
+				continue
+			}
 			ts = append(ts, api.Tree{ID: t.id, Base: t.base, Backend: t.backend, Root: t.root, Budget: t.budget, Usage: t.usage()})
 		}
 		slices.SortFunc(ts, func(a, b api.Tree) int { return cmpStr(a.ID, b.ID) })
@@ -87,6 +91,9 @@ func (f *Fake) Do(ctx context.Context, req api.Request) (api.Response, error) {
 		return api.Response{Status: api.StatusOK}, nil
 	}
 	t, ok := f.trees[req.TreeID]
+	if ok && t.dropped && req.Op != api.OpTreeOpen && req.Op != api.OpTreeDelete {
+		ok = false
+	}
 	if !ok {
 		if req.TreeID == "" {
 			return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: tree_id is required", req.Op)
@@ -97,7 +104,7 @@ func (f *Fake) Do(ctx context.Context, req api.Request) (api.Response, error) {
 	case api.OpTreeNodes:
 		return f.nodes(t), nil
 	case api.OpTreeDrop:
-		delete(f.trees, t.id)
+		t.dropped = true
 		f.emit(t.id, "drop", "")
 		return api.Response{Status: api.StatusOK}, nil
 	case api.OpTreeDelete:
@@ -105,6 +112,7 @@ func (f *Fake) Do(ctx context.Context, req api.Request) (api.Response, error) {
 		f.emit(t.id, "delete", "")
 		return api.Response{Status: api.StatusOK, TreeID: t.id}, nil
 	case api.OpTreeOpen:
+		t.dropped = false
 		return api.Response{Status: "tree_opened", TreeID: t.id, Root: t.root}, nil
 	case api.OpTreeEvict:
 		return api.Response{Status: "tree_evicted", Evicted: []string{}}, nil

@@ -68,6 +68,7 @@ type scenario struct {
 var scenarios = []scenario{
 	{"Ping", testPing},
 	{"CreateAndNodes", testCreateAndNodes},
+	{"DropAndDelete", testDropAndDelete},
 	{"ForkBatch", testForkBatch},
 	{"CommitRace", testCommitRace},
 	{"NotFound", testNotFound},
@@ -202,6 +203,31 @@ func testCreateAndNodes(t *testing.T, ctx context.Context, s Setup, e env) {
 	mustDo(t, ctx, s, api.Request{Op: api.OpTreeDrop, TreeID: tree})
 	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeNodes, TreeID: tree})
 	wantErr(t, err, api.ErrNotFound, "nodes after drop")
+}
+
+// testDropAndDelete: tree_drop unloads a tree that tree_open loads again;
+// tree_delete removes it for good (over HTTP: POST .../drop and DELETE).
+func testDropAndDelete(t *testing.T, ctx context.Context, s Setup, e env) {
+	tree, root := newTree(t, ctx, s, e)
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: root, Label: "x"})
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeDrop, TreeID: tree})
+	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeNodes, TreeID: tree})
+	wantErr(t, err, api.ErrNotFound, "nodes after drop")
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeOpen, TreeID: tree})
+	if r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeNodes, TreeID: tree}); len(r.Nodes) != 2 {
+		t.Fatalf("nodes after drop and open: %+v, want the root and its child", r.Nodes)
+	}
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeDelete, TreeID: tree})
+	for _, op := range []string{api.OpTreeNodes, api.OpTreeOpen, api.OpTreeDelete, api.OpTreeDrop} {
+		_, err := s.Face.Do(ctx, api.Request{Op: op, TreeID: tree})
+		wantErr(t, err, api.ErrNotFound, op+" after delete")
+	}
+	l := mustDo(t, ctx, s, api.Request{Op: api.OpTreeList})
+	for _, tr := range l.Trees {
+		if tr.ID == tree {
+			t.Fatalf("tree_list after delete still has %s", tree)
+		}
+	}
 }
 
 func testForkBatch(t *testing.T, ctx context.Context, s Setup, e env) {
