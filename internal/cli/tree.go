@@ -139,8 +139,9 @@ func (e *env) treeForkCmd() *cobra.Command {
 		Long: `Forks NODE: one child with --label, or one child per label of --labels under a
 single pause of NODE (a batch). O(1) for files; children never see each other's
 writes. Give --label or --labels, not both.`,
-		Example: "  arbor tree fork t1 n1 --label try\n  arbor tree fork t1 n1 --labels a,b,c",
-		Args:    exactArgs(2, 2),
+		Example:           "  arbor tree fork t1 n1 --label try\n  arbor tree fork t1 n1 --labels a,b,c",
+		Args:              exactArgs(2, 2),
+		ValidArgsFunction: e.completeTree(true),
 	}
 	cmd.Flags().Var(&label, "label", "the new child's label")
 	cmd.Flags().StringSliceVar(&labels, "labels", nil, "labels of a batch, one child each (comma-separated or repeated)")
@@ -164,11 +165,12 @@ writes. Give --label or --labels, not both.`,
 func (e *env) treeRollbackCmd() *cobra.Command {
 	var label onceString
 	cmd := &cobra.Command{
-		Use:     "rollback TREE NODE",
-		Short:   "Fork a new child from an older node; nothing is destroyed",
-		Long:    "Makes a new child of NODE (an older state) without touching any other node.",
-		Example: "  arbor tree rollback t1 n1 --label again",
-		Args:    exactArgs(2, 2),
+		Use:               "rollback TREE NODE",
+		Short:             "Fork a new child from an older node; nothing is destroyed",
+		Long:              "Makes a new child of NODE (an older state) without touching any other node.",
+		Example:           "  arbor tree rollback t1 n1 --label again",
+		Args:              exactArgs(2, 2),
+		ValidArgsFunction: e.completeTree(true),
 	}
 	cmd.Flags().Var(&label, "label", "the new child's label")
 	out := addOutput(cmd)
@@ -197,11 +199,12 @@ func printForks(w io.Writer, resp api.Response) {
 // nodeVerbCmd is a verb of the form VERB TREE NODE.
 func (e *env) nodeVerbCmd(name, op, short, long, done string) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     name + " TREE NODE",
-		Short:   short,
-		Long:    long,
-		Example: fmt.Sprintf("  arbor tree %s t1 n2", name),
-		Args:    exactArgs(2, 2),
+		Use:               name + " TREE NODE",
+		Short:             short,
+		Long:              long,
+		Example:           fmt.Sprintf("  arbor tree %s t1 n2", name),
+		Args:              exactArgs(2, 2),
+		ValidArgsFunction: e.completeTree(true),
 	}
 	out := addOutput(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -219,11 +222,12 @@ func (e *env) nodeVerbCmd(name, op, short, long, done string) *cobra.Command {
 // treeIDCmd is a verb of the form VERB TREE.
 func (e *env) treeIDCmd(name, op, short, long string) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     name + " TREE",
-		Short:   short,
-		Long:    long,
-		Example: fmt.Sprintf("  arbor tree %s t1", name),
-		Args:    exactArgs(1, 1),
+		Use:               name + " TREE",
+		Short:             short,
+		Long:              long,
+		Example:           fmt.Sprintf("  arbor tree %s t1", name),
+		Args:              exactArgs(1, 1),
+		ValidArgsFunction: e.completeTree(false),
 	}
 	out := addOutput(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -295,8 +299,9 @@ func (e *env) treeWatchCmd() *cobra.Command {
 		Long: `Prints the tree's nodes, then one line per event (fork, commit, abort, ...) as
 it happens, until Ctrl-C or until the daemon ends the stream (the tree was
 dropped or deleted, or the daemon stopped).`,
-		Example: "  arbor tree watch t1\n  arbor tree watch -o json",
-		Args:    exactArgs(0, 1),
+		Example:           "  arbor tree watch t1\n  arbor tree watch -o json",
+		Args:              exactArgs(0, 1),
+		ValidArgsFunction: e.completeTree(false),
 	}
 	out := addOutput(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {

@@ -108,8 +108,9 @@ func (e *env) commitCmd() *cobra.Command {
 atomically; into main means into the base directory, durably unless
 --no-durable. It succeeds only if the parent has not changed since BRANCH's fork
 point; the siblings forked at the same point become stale.`,
-		Example: "  arbor commit ~/ws\n  arbor commit ~/ws try-a",
-		Args:    exactArgs(1, 2),
+		Example:           "  arbor commit ~/ws\n  arbor commit ~/ws try-a",
+		Args:              exactArgs(1, 2),
+		ValidArgsFunction: e.completeMount(true),
 	}
 	cmd.Flags().BoolVar(&noDurable, "no-durable", false, "do not fsync a commit into the base")
 	out := addOutput(cmd)
@@ -135,11 +136,12 @@ point; the siblings forked at the same point become stale.`,
 
 func (e *env) switchCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "switch MOUNTPOINT BRANCH",
-		Short:   "Show BRANCH at the mount root",
-		Long:    "Makes the mount root show BRANCH. Open files keep the branch they were opened in.",
-		Example: "  arbor switch ~/ws try-a",
-		Args:    exactArgs(2, 2),
+		Use:               "switch MOUNTPOINT BRANCH",
+		Short:             "Show BRANCH at the mount root",
+		Long:              "Makes the mount root show BRANCH. Open files keep the branch they were opened in.",
+		Example:           "  arbor switch ~/ws try-a",
+		Args:              exactArgs(2, 2),
+		ValidArgsFunction: e.completeMount(true),
 	}
 	out := addOutput(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -160,7 +162,8 @@ func (e *env) mpCmd(name, op, short, long, example string) *cobra.Command {
 	if op == api.OpWsUnmount || op == api.OpWsList {
 		use, max = name+" MOUNTPOINT", 1
 	}
-	cmd := &cobra.Command{Use: use, Short: short, Long: long, Example: example, Args: exactArgs(1, max)}
+	cmd := &cobra.Command{Use: use, Short: short, Long: long, Example: example, Args: exactArgs(1, max),
+		ValidArgsFunction: e.completeMount(max == 2)}
 	out := addOutput(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		req, err := mpRequest(op, args)
@@ -228,11 +231,11 @@ func (e *env) mountsCmd() *cobra.Command {
 }
 
 // wsDo sends a workspace request and prints its reply: as JSON with -o
-// json, else by text. A request on an existing mount first checks that the
-// mount is this daemon's (see checkOwner), and does not start a daemon
-// that could not know the mount.
+// json, else by text. A request naming a mountpoint first checks that no
+// other daemon's mount is there (see checkOwner); one on an existing mount
+// does not start a daemon that could not know the mount.
 func (e *env) wsDo(req api.Request, out *outputFlag, text func(io.Writer, api.Response)) error {
-	if req.Op != api.OpWsMount && req.Op != api.OpWsMounts {
+	if req.Op != api.OpWsMounts {
 		if err := e.checkOwner(req.Mountpoint); err != nil {
 			return err
 		}
