@@ -14,7 +14,7 @@ import (
 
 // ask sends one request to a running daemon, within a second.
 func (e *env) ask(req api.Request) (api.Response, bool) {
-	cl := client.New(SocketPath(e.home))
+	cl := client.New(e.socketOrDefault())
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

@@ -20,19 +20,47 @@ import (
 // SocketPath is the daemon's socket under home.
 func SocketPath(home string) string { return filepath.Join(home, "arbord.sock") }
 
+// socket is where the daemon of the home listens: the socket of its
+// configuration file (HOME/arbord.toml) if that names one, else
+// SocketPath. A broken file is reported here, before a daemon is started
+// that would refuse it.
+func (e *env) socket() (string, error) {
+	fc, err := readDaemonFile(filepath.Join(e.home, "arbord.toml"), false)
+	if err != nil {
+		return "", err
+	}
+	if fc.Socket != "" {
+		return fc.Socket, nil
+	}
+	return SocketPath(e.home), nil
+}
+
+// socketOrDefault is socket for the commands that only look (version,
+// completion, daemon stop): a broken file falls back to SocketPath.
+func (e *env) socketOrDefault() string {
+	if s, err := e.socket(); err == nil {
+		return s
+	}
+	return SocketPath(e.home)
+}
+
 func logPath(home string) string { return filepath.Join(home, "arbord.log") }
 
 // connect returns a client of a running daemon, starting one in the
 // background if none answers.
 func (e *env) connect() (*client.Client, error) {
-	cl := client.New(SocketPath(e.home))
+	sock, err := e.socket()
+	if err != nil {
+		return nil, err
+	}
+	cl := client.New(sock)
 	if _, err := cl.Ping(e.ctx); err == nil {
 		return cl, nil
 	}
 	if err := e.startDaemon(); err != nil {
 		return nil, err
 	}
-	return e.waitDaemon(cl)
+	return e.waitDaemon(cl, sock)
 }
 
 // connectFor is connect for a command on the existing mount mp: with no
@@ -40,7 +68,11 @@ func (e *env) connect() (*client.Client, error) {
 // re-establishes its mounts when it starts); any other daemon would only
 // answer that mp is not its mount, and stay behind.
 func (e *env) connectFor(mp string) (*client.Client, error) {
-	cl := client.New(SocketPath(e.home))
+	sock, err := e.socket()
+	if err != nil {
+		return nil, err
+	}
+	cl := client.New(sock)
 	if _, err := cl.Ping(e.ctx); err == nil {
 		return cl, nil
 	}
@@ -56,11 +88,10 @@ func (e *env) connectFor(mp string) (*client.Client, error) {
 	if err := e.startDaemon(); err != nil {
 		return nil, err
 	}
-	return e.waitDaemon(cl)
+	return e.waitDaemon(cl, sock)
 }
 
-func (e *env) waitDaemon(cl *client.Client) (*client.Client, error) {
-	sock := SocketPath(e.home)
+func (e *env) waitDaemon(cl *client.Client, sock string) (*client.Client, error) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		_, err := cl.Ping(e.ctx)

@@ -128,11 +128,11 @@ func (e *env) daemonStopCmd() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&wait, "timeout", 30*time.Second, "how long to wait for the daemon to exit")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		home := e.home
-		cl := client.New(SocketPath(home))
+		home, sock := e.home, e.socketOrDefault()
+		cl := client.New(sock)
 		defer cl.Close()
 		if _, err := cl.Ping(e.ctx); err != nil {
-			fmt.Fprintf(e.stdout, "no daemon answers on %s\n", SocketPath(home))
+			fmt.Fprintf(e.stdout, "no daemon answers on %s\n", sock)
 			return nil
 		}
 		if _, err := cl.Do(e.ctx, api.Request{Op: api.OpShutdown}); err != nil {

@@ -78,7 +78,8 @@ build's own record), and the version of the daemon of the home if one answers
 	out := addOutput(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		daemonV := ""
-		cl := client.New(SocketPath(e.home))
+		sock := e.socketOrDefault()
+		cl := client.New(sock)
 		ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
 		if v, err := cl.Ping(ctx); err == nil {
 			daemonV = v
@@ -93,9 +94,9 @@ build's own record), and the version of the daemon of the home if one answers
 		}
 		fmt.Fprintln(e.stdout, versionString())
 		if daemonV != "" {
-			fmt.Fprintf(e.stdout, "daemon %s on %s\n", daemonV, SocketPath(e.home))
+			fmt.Fprintf(e.stdout, "daemon %s on %s\n", daemonV, sock)
 		} else {
-			fmt.Fprintf(e.stdout, "no daemon answers on %s\n", SocketPath(e.home))
+			fmt.Fprintf(e.stdout, "no daemon answers on %s\n", sock)
 		}
 		return nil
 	}
