@@ -542,7 +542,7 @@ func checkOpenFiles(_ context.Context, h *host) Check {
 	if err != nil {
 		return warn("cannot read the open-files limit from /proc/self/limits: "+err.Error(), "")
 	}
-	use := "arbord raises its soft limit to the hard one at start (as every Go program does), and holds a descriptor for every mount, client connection and file it serves without passthrough"
+	use := "arbord raises its soft limit to the hard one at start (as every Go program does), and holds a descriptor for every mount, every client connection and every file open in its mounts"
 	lim := fmt.Sprintf("soft %s, hard %s", soft, hard)
 	if hard == "unlimited" {
 		return ok(lim + ". " + use)
