@@ -68,18 +68,18 @@ func (h *host) canMountDirect() bool {
 func checkDevFuse(_ context.Context, h *host) Check {
 	const dev = "/dev/fuse"
 	fi, err := h.stat(dev)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
 		fix := "modprobe fuse; in a container, pass the device (docker run --device /dev/fuse)"
 		if !h.filesystem("fuse") && !h.exists("/sys/module/fuse") {
 			fix = "a kernel with CONFIG_FUSE_FS, then " + fix
 		}
 		return blocking(missing("no /dev/fuse. No FUSE mount works, and the default backend (dir) serves files only over FUSE", fix))
 	}
-	if fi.Mode()&fs.ModeCharDevice == 0 {
+	mode, perm := deviceMode(fi, err) // a stat can fail where an open works (EIO for non-root users on this build machine)
+	if err == nil && fi.Mode()&fs.ModeCharDevice == 0 {
 		return blocking(missing(fmt.Sprintf("/dev/fuse is not a character device (%s). No FUSE mount works", fi.Mode()),
 			"rm /dev/fuse && mknod -m 0666 /dev/fuse c 10 229"))
 	}
-	mode := describeMode(fi)
 	if err := h.Probe.OpenDevice(dev); err != nil {
 		if h.root() {
 			return blocking(missing(fmt.Sprintf("/dev/fuse (%s) cannot be opened: %v. No FUSE mount works", mode, err),
@@ -88,10 +88,23 @@ func checkDevFuse(_ context.Context, h *host) Check {
 		return blocking(missing(fmt.Sprintf("/dev/fuse (%s) cannot be opened by uid %d: %v. fusermount3 opens it as you, so every mount fails (fusermount3: failed to open /dev/fuse: Permission denied)", mode, h.UID, err),
 			"chmod 0666 /dev/fuse (the usual mode; a udev rule keeps it: KERNEL==\"fuse\", MODE=\"0666\"), or run arbord as root"))
 	}
-	if h.root() && fi.Mode().Perm()&0o006 != 0o006 {
+	if h.root() && perm&0o006 != 0o006 {
 		return ok(fmt.Sprintf("/dev/fuse (%s) opens as root. Other users cannot open it, so only a root arbord can mount", mode))
 	}
 	return ok(fmt.Sprintf("/dev/fuse (%s) opens as uid %d", mode, h.UID))
+}
+
+// deviceMode describes a device from its stat, or the stat's error; perm
+// is its permission bits when known, 0o777 when not.
+func deviceMode(fi fs.FileInfo, statErr error) (string, fs.FileMode) {
+	if statErr != nil {
+		var pe *fs.PathError
+		if errors.As(statErr, &pe) {
+			statErr = pe.Err
+		}
+		return fmt.Sprintf("stat fails: %v", statErr), 0o777
+	}
+	return describeMode(fi), fi.Mode().Perm()
 }
 
 func checkFusermount(_ context.Context, h *host) Check {
@@ -125,24 +138,24 @@ func checkFusermount(_ context.Context, h *host) Check {
 
 func checkPassthrough(_ context.Context, h *host) Check {
 	release, v, known := h.kernel()
-	slower := "Every read and write of a mounted file becomes a request to arbord instead of going straight to the layer file"
+	slower := "every read and write of a mounted file becomes a request to arbord instead of going straight to the layer file"
 	if known && !v.atLeast(passthroughKernel.major, passthroughKernel.minor) {
-		return missing(fmt.Sprintf("Linux %s has no FUSE passthrough (%d.%d+). %s", release, passthroughKernel.major, passthroughKernel.minor, slower),
+		return missing(fmt.Sprintf("Linux %s has no FUSE passthrough (%d.%d+), so %s", release, passthroughKernel.major, passthroughKernel.minor, slower),
 			fmt.Sprintf("boot Linux %d.%d or later with CONFIG_FUSE_PASSTHROUGH=y", passthroughKernel.major, passthroughKernel.minor))
 	}
 	cfg, cfgKnown := h.kconfig("CONFIG_FUSE_PASSTHROUGH")
 	if cfgKnown && cfg != "y" {
-		return missing("the kernel is built without CONFIG_FUSE_PASSTHROUGH. "+slower, "a kernel with CONFIG_FUSE_PASSTHROUGH=y")
+		return missing("the kernel is built without CONFIG_FUSE_PASSTHROUGH, so "+slower, "a kernel with CONFIG_FUSE_PASSTHROUGH=y")
 	}
 	how := "CONFIG_FUSE_PASSTHROUGH=y"
 	if !cfgKnown {
 		how = fmt.Sprintf("Linux %s (no /proc/config.gz to confirm CONFIG_FUSE_PASSTHROUGH)", release)
 	}
 	if !h.root() {
-		return warn(fmt.Sprintf("the kernel has it (%s), but only root may hand it a backing file. As uid %d: %s", how, h.UID, slower), "run arbord as root")
+		return warn(fmt.Sprintf("the kernel has it (%s), but only root may hand it a backing file, so as uid %d %s", how, h.UID, slower), "run arbord as root")
 	}
 	if admin, known := h.hasSysAdmin(); known && !admin {
-		return warn(fmt.Sprintf("the kernel has it (%s), but handing it a backing file needs CAP_SYS_ADMIN. %s", how, slower), "give arbord CAP_SYS_ADMIN")
+		return warn(fmt.Sprintf("the kernel has it (%s), but handing it a backing file needs CAP_SYS_ADMIN, so %s", how, slower), "give arbord CAP_SYS_ADMIN")
 	}
 	return ok(fmt.Sprintf("%s. The kernel serves opened files from the layer files at native speed (a branch with a quota is served without it, so that its writes are counted)", how))
 }
@@ -440,15 +453,16 @@ func checkKVM(_ context.Context, h *host) Check {
 		guest = "; this host is itself a virtual machine"
 	}
 	fi, err := h.stat(dev)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
 		fix := "enable VT-x or AMD-V (on a cloud VM: nested virtualisation), then modprobe kvm_intel or kvm_amd"
 		if hw != "" {
 			fix = "modprobe kvm_intel or kvm_amd (the CPU has " + hw + ")"
 		}
 		return missing("no /dev/kvm"+guest+". QEMU could run guests only with TCG (a software CPU, many times slower). "+use, fix)
 	}
-	if err := h.Probe.OpenDevice(dev); err != nil {
-		return missing(fmt.Sprintf("/dev/kvm (%s) cannot be opened by uid %d: %v. %s", describeMode(fi), h.UID, err, use),
+	if oerr := h.Probe.OpenDevice(dev); oerr != nil {
+		mode, _ := deviceMode(fi, err)
+		return missing(fmt.Sprintf("/dev/kvm (%s) cannot be opened by uid %d: %v. %s", mode, h.UID, oerr, use),
 			"add the user to the group that owns /dev/kvm (usually kvm)")
 	}
 	mod := ""

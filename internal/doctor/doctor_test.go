@@ -18,15 +18,40 @@ import (
 
 // fakeHost is a host the test describes: a file tree and probes.
 type fakeHost struct {
-	files fstest.MapFS
-	uid   int
-	home  string
-	path  string
-	probe Probes
+	files   fstest.MapFS
+	uid     int
+	home    string
+	path    string
+	probe   Probes
+	failing map[string]error // paths whose stat and open fail so
 }
 
 func (f *fakeHost) host() Host {
-	return Host{Root: f.files, UID: f.uid, Home: f.home, PATH: f.path, Probe: f.probe}
+	var root fs.FS = f.files
+	if f.failing != nil {
+		root = failFS{f.files, f.failing}
+	}
+	return Host{Root: root, UID: f.uid, Home: f.home, PATH: f.path, Probe: f.probe}
+}
+
+// failFS is a file tree in which some paths fail to stat or open.
+type failFS struct {
+	fs.FS
+	failing map[string]error
+}
+
+func (f failFS) Open(name string) (fs.File, error) {
+	if err, ok := f.failing[name]; ok {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	return f.FS.Open(name)
+}
+
+func (f failFS) Stat(name string) (fs.FileInfo, error) {
+	if err, ok := f.failing[name]; ok {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
+	}
+	return fs.Stat(f.FS, name)
 }
 
 func text(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
@@ -277,6 +302,20 @@ func TestChecks(t *testing.T) {
 		}, blocked: []string{"dev_fuse"}, want: map[string]want{
 			"dev_fuse": {status: Missing, contains: []string{"no /dev/fuse"}, fix: "a kernel with CONFIG_FUSE_FS"},
 			"fusectl":  {status: OK}, // still in this mountinfo
+		}},
+		{name: "/dev/fuse that cannot be stat'ed but opens (this machine, non-root)", host: func() *fakeHost {
+			f := nonRoot()
+			f.failing = map[string]error{"dev/fuse": unix.EIO}
+			return f
+		}, want: map[string]want{"dev_fuse": {status: OK, contains: []string{"stat fails", "input/output error", "opens as uid 1000"}}}},
+		{name: "/dev/fuse that can neither be stat'ed nor opened", host: func() *fakeHost {
+			f := nonRoot()
+			f.failing = map[string]error{"dev/fuse": unix.EIO, "dev/kvm": unix.EIO}
+			f.probe.OpenDevice = func(string) error { return unix.EIO }
+			return f
+		}, blocked: []string{"dev_fuse"}, want: map[string]want{
+			"dev_fuse": {status: Missing, contains: []string{"stat fails", "cannot be opened by uid 1000"}},
+			"kvm":      {status: Missing, contains: []string{"stat fails", "cannot be opened by uid 1000"}},
 		}},
 		{name: "/dev/fuse not a device", host: func() *fakeHost {
 			f := modern()
