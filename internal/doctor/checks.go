@@ -67,6 +67,14 @@ func (h *host) canMountDirect() bool {
 
 func checkDevFuse(_ context.Context, h *host) Check {
 	const dev = "/dev/fuse"
+	// Looked up before any stat: a stat of a FUSE mount whose server hangs
+	// would hang too.
+	for _, m := range h.mounts() {
+		if m.point == dev {
+			return blocking(missing(fmt.Sprintf("a %s filesystem (source %s) is mounted over /dev/fuse and hides the device. No FUSE mount works", m.fstype, m.source),
+				"umount -l /dev/fuse (whatever mounted it there did so by mistake)"))
+		}
+	}
 	fi, err := h.stat(dev)
 	if errors.Is(err, fs.ErrNotExist) {
 		fix := "modprobe fuse; in a container, pass the device (docker run --device /dev/fuse)"

@@ -317,6 +317,20 @@ func TestChecks(t *testing.T) {
 			"dev_fuse": {status: Missing, contains: []string{"stat fails", "cannot be opened by uid 1000"}},
 			"kvm":      {status: Missing, contains: []string{"stat fails", "cannot be opened by uid 1000"}},
 		}},
+		{name: "a FUSE filesystem mounted over /dev/fuse (seen on this machine)", host: func() *fakeHost {
+			f := modern()
+			f.files["proc/self/mountinfo"] = text(mountsUnified + "69 24 0:45 / /dev/fuse rw,nosuid,nodev,relatime - fuse.branchfs /tmp/TestX/001 rw,user_id=0\n")
+			f.failing = map[string]error{"dev/fuse": unix.EIO}
+			f.probe.OpenDevice = func(p string) error {
+				if p == "/dev/fuse" {
+					panic("opened /dev/fuse under a FUSE mount")
+				}
+				return nil
+			}
+			return f
+		}, blocked: []string{"dev_fuse"}, want: map[string]want{
+			"dev_fuse": {status: Missing, contains: []string{"fuse.branchfs filesystem (source /tmp/TestX/001) is mounted over /dev/fuse"}, fix: "umount -l /dev/fuse"},
+		}},
 		{name: "/dev/fuse not a device", host: func() *fakeHost {
 			f := modern()
 			f.files["dev/fuse"] = text("")
@@ -705,9 +719,9 @@ func TestParseMountinfo(t *testing.T) {
 		"garbage\n\n" +
 		"38 35 0:41 / /x rw - fuse.branchfs /srv/base\n")
 	want := []mount{
-		{point: "/mnt/with space", fstype: "ext3", superOpts: "rw,errors=continue"},
-		{point: "/sys/fs/cgroup/cpu,cpuacct", fstype: "cgroup", superOpts: "rw,cpu,cpuacct"},
-		{point: "/x", fstype: "fuse.branchfs"},
+		{point: "/mnt/with space", fstype: "ext3", source: "/dev/root", superOpts: "rw,errors=continue"},
+		{point: "/sys/fs/cgroup/cpu,cpuacct", fstype: "cgroup", source: "cgroup", superOpts: "rw,cpu,cpuacct"},
+		{point: "/x", fstype: "fuse.branchfs", source: "/srv/base"},
 	}
 	if !slices.Equal(ms, want) {
 		t.Errorf("got %+v\nwant %+v", ms, want)

@@ -125,7 +125,7 @@ func (h *host) hasSysAdmin() (has, known bool) {
 
 // mount is one line of /proc/self/mountinfo.
 type mount struct {
-	point, fstype, superOpts string
+	point, fstype, source, superOpts string
 }
 
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space).
@@ -163,7 +163,7 @@ func parseMountinfo(s string) []mount {
 		if sep < 0 || sep+2 >= len(f) {
 			continue
 		}
-		m := mount{point: unescapeMount(f[4]), fstype: f[sep+1]}
+		m := mount{point: unescapeMount(f[4]), fstype: f[sep+1], source: unescapeMount(f[sep+2])}
 		if sep+3 < len(f) {
 			m.superOpts = f[sep+3]
 		}
