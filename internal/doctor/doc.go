@@ -44,6 +44,10 @@
 //   - A Go program raises its soft open-files limit to the hard one at
 //     start, so the soft limit shown is the one arbord would have, not the
 //     shell's.
+//   - A device is judged by opening it: a stat can fail where the open
+//     works. /dev/fuse is first looked up in mountinfo, since a stat of a
+//     FUSE filesystem mounted over it (a test's mistake, seen on the build
+//     machine) fails or, with a hung server, hangs.
 //   - FUSE passthrough is judged by the kernel's version and
 //     /proc/config.gz, not by a mount (Run mounts nothing).
 package doctor
