@@ -126,7 +126,7 @@ func checkFusermount(_ context.Context, h *host) Check {
 	direct := h.canMountDirect()
 	if !found {
 		if direct {
-			return warn("fusermount3 is not installed. Not needed while arbord runs as root (it mounts with mount(2)), but a non-root arbord cannot mount", "apt-get install fuse3")
+			return warn("fusermount3 is not installed. arbord as root mounts with mount(2), but go-fuse falls back to fusermount3 when an unmount fails, so the unmount of a busy mount then fails with \"exec: /bin/fusermount: no such file or directory\" instead of busy; and a non-root arbord cannot mount", "apt-get install fuse3")
 		}
 		return blocking(missing("fusermount3 is not installed. arbord is not root here, so it has no way to mount", "apt-get install fuse3"))
 	}
@@ -134,11 +134,11 @@ func checkFusermount(_ context.Context, h *host) Check {
 	setuid := fi.Mode()&fs.ModeSetuid != 0 && (!known || uid == 0)
 	switch {
 	case setuid && direct:
-		return ok(fmt.Sprintf("%s%s, setuid root. arbord as root mounts with mount(2) and uses it only if that fails", p, legacy))
+		return ok(fmt.Sprintf("%s%s, setuid root. arbord as root mounts with mount(2), and go-fuse uses it when a mount(2) or an unmount fails", p, legacy))
 	case setuid:
 		return ok(fmt.Sprintf("%s%s, setuid root. arbord mounts through it", p, legacy))
 	case direct:
-		return warn(fmt.Sprintf("%s%s is not setuid root (%s). Not needed while arbord runs as root, but a non-root arbord cannot mount", p, legacy, describeMode(fi)), "chmod u+s "+p)
+		return warn(fmt.Sprintf("%s%s is not setuid root (%s). arbord as root mounts with mount(2), but a non-root arbord cannot mount", p, legacy, describeMode(fi)), "chmod u+s "+p)
 	default:
 		return blocking(missing(fmt.Sprintf("%s%s is not setuid root (%s). arbord is not root here, so every mount fails", p, legacy, describeMode(fi)), "chmod u+s "+p))
 	}

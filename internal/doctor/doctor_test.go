@@ -209,7 +209,7 @@ func TestChecks(t *testing.T) {
 	}{
 		{name: "modern root host", host: modern, want: map[string]want{
 			"kernel": {status: OK}, "root": {status: OK, fix: "-"}, "dev_fuse": {status: OK, contains: []string{"mode 0666"}},
-			"fusermount3":      {status: OK, contains: []string{"/usr/bin/fusermount3", "uses it only if that fails"}},
+			"fusermount3":      {status: OK, contains: []string{"/usr/bin/fusermount3", "go-fuse uses it when a mount(2) or an unmount fails"}},
 			"fuse_passthrough": {status: OK, contains: []string{"CONFIG_FUSE_PASSTHROUGH=y"}},
 			"fusectl":          {status: OK}, "fuse_io_uring": {status: OK},
 			"cgroup":  {status: OK, contains: []string{"cgroup2 at /sys/fs/cgroup with controllers cpuset cpu io memory", "cgroup.kill and cgroup.freeze"}},
@@ -225,7 +225,7 @@ func TestChecks(t *testing.T) {
 			"kernel":        {status: OK, contains: []string{"6.18.44-fc-v669"}},
 			"root":          {status: OK},
 			"dev_fuse":      {status: OK, contains: []string{"mode 0600, owner root:root", "only a root arbord can mount"}},
-			"fusermount3":   {status: Warn, contains: []string{"not installed", "Not needed while arbord runs as root"}, fix: "apt-get install fuse3"},
+			"fusermount3":   {status: Warn, contains: []string{"not installed", "arbord as root mounts with mount(2)", "instead of busy", "a non-root arbord cannot mount"}, fix: "apt-get install fuse3"},
 			"fusectl":       {status: Warn, contains: []string{"not mounted", "mounts it itself"}, fix: "mount -t fusectl none /sys/fs/fuse/connections"},
 			"fuse_io_uring": {status: Warn, contains: []string{"enable_uring = N", "does not use it yet"}, fix: "echo Y >"},
 			"cgroup": {status: Warn, contains: []string{"hybrid: v1 controllers cpu, memory, freezer, pids;",
