@@ -182,6 +182,7 @@ func (r Report) WriteText(w io.Writer) error {
 func (r Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // fixes hold shell redirections: "echo Y > ..."
 	return enc.Encode(r)
 }
 
