@@ -20,6 +20,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/doctor"
 )
 
 // env is one invocation's surroundings: no package globals.
@@ -39,6 +40,9 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprint(stdout, usage)
 		return 0
+	}
+	if args[0] == "doctor" { // checks the host; starts no daemon
+		return doctor.Main(ctx, args[1:], Home(e.getenv), stdout, stderr)
 	}
 	err := e.run(args[0], args[1:])
 	if err == nil {
@@ -84,6 +88,7 @@ Other:
   arbor daemon [flags]                      run arbord in the foreground (see arbor daemon -h)
   arbor daemon stop                         ask the running daemon to exit (unmounting all) and wait
   arbor ping
+  arbor doctor [-o json]                    what this host can do for Arbor, and how to fix what it cannot
 
 Environment: ARBOR_HOME (default /var/lib/arbor as root, ~/.local/share/arbor otherwise);
 the daemon's socket is $ARBOR_HOME/arbord.sock.
