@@ -1,27 +1,50 @@
 #!/usr/bin/env bash
-# The test command: set-up, vet, every test under the race detector, and a
-# short fuzz of the three decoders. Tests that need root, FUSE or namespaces
-# fail instead of skipping here (ARBOR_TEST_REQUIRE).
+# The test command: set-up, what the host can do (arbor doctor), vet, every
+# test under the race detector, and a short fuzz of the decoders. Tests
+# that need root, FUSE or namespaces fail instead of skipping here
+# (ARBOR_TEST_REQUIRE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
 bash scripts/setup.sh
 
 export ARBOR_TEST_REQUIRE=${ARBOR_TEST_REQUIRE:-all}
-# Everything a test leaves running or mounted is ended on the way out, so
-# nothing outlives this script (and holds its output open).
+
+# Everything this run makes goes under a temporary directory of its own
+# (the tests' temporary files, mounts and daemon homes), and every process
+# it starts carries ARBOR_TEST_RUN in its environment. On the way out the
+# cleanup ends those processes (by pid) and detaches the FUSE mounts under
+# that directory, and nothing else: other runs and other users' work on the
+# same machine are left alone.
+run_dir=$(mktemp -d /tmp/arbor-test.XXXXXX)
+export TMPDIR=$run_dir ARBOR_TEST_RUN=$run_dir
 cleanup() {
   local rc=$?
   set +e +o pipefail
-  pkill -f '[a]rbor daemon --home /tmp/' 2>/dev/null || true
-  pkill -f '[f]use-overlayfs' 2>/dev/null || true
-  grep -E ' fuse(\.[a-z-]+)? ' /proc/self/mounts | awk '{print $2}' | grep '^/tmp/' | while read -r m; do
-    umount -l "$m" 2>/dev/null || true
+  local pids=()
+  for env in /proc/[0-9]*/environ; do
+    pid=${env#/proc/}; pid=${pid%/environ}
+    [ "$pid" = "$$" ] && continue
+    if tr '\0' '\n' <"$env" 2>/dev/null | grep -qxF "ARBOR_TEST_RUN=$run_dir"; then
+      pids+=("$pid")
+    fi
   done
+  [ ${#pids[@]} -gt 0 ] && kill -KILL "${pids[@]}" 2>/dev/null
+  # The mounts under the run's directory, deepest first; a FUSE mount's
+  # connection is aborted first, so that nothing waits on a dead server.
+  awk -v d="$run_dir" '$5 == d || index($5, d "/") == 1 { print $3 " " $5 }' /proc/self/mountinfo | sort -r -k2 |
+    while read -r dev mp; do
+      printf -v mp '%b' "$(sed 's/\\\([0-7][0-7][0-7]\)/\\0\1/g' <<<"$mp")" # mountinfo's \040 escapes
+      conn=$(( (${dev%%:*} << 20) | ${dev##*:} ))
+      [ -w "/sys/fs/fuse/connections/$conn/abort" ] && echo 1 >"/sys/fs/fuse/connections/$conn/abort"
+      umount -l "$mp" 2>/dev/null
+    done
+  rm -rf "$run_dir" 2>/dev/null
   exit "$rc"
 }
 trap cleanup EXIT
 
+go run ./cmd/arbor doctor || true
 go vet ./...
 go test -race -timeout 20m -count=1 ./...
 # Fuzz budgets are counts, not durations: a -fuzztime duration can fail

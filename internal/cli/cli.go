@@ -23,6 +23,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/doctor"
 	"github.com/spf13/cobra"
 )
 
@@ -87,7 +88,7 @@ abort, rollback, protect, prune, suspend, resume, evict.
 
 The commands talk to the daemon arbord over $ARBOR_HOME/arbord.sock and start
 it in the background when none answers (configure it in $ARBOR_HOME/arbord.toml;
-see arbor daemon --help).
+see arbor daemon --help). arbor doctor says what this host can do for Arbor.
 
 Environment: ARBOR_HOME (default /var/lib/arbor as root, ~/.local/share/arbor
 otherwise).`,
@@ -121,7 +122,7 @@ otherwise).`,
 	t := e.treeCmd()
 	t.GroupID = "tree"
 	root.AddCommand(t)
-	for _, c := range []*cobra.Command{e.daemonCmd(), e.demoCmd(), e.benchCmd(), e.pingCmd(), e.versionCmd()} {
+	for _, c := range []*cobra.Command{e.daemonCmd(), e.doctorCmd(), e.demoCmd(), e.benchCmd(), e.pingCmd(), e.versionCmd()} {
 		c.GroupID = "other"
 		root.AddCommand(c)
 	}
@@ -239,6 +240,39 @@ func addOutput(cmd *cobra.Command) *outputFlag {
 	cmd.Flags().VarP(o, "output", "o", "output format: text or json (the daemon's reply)")
 	cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	return o
+}
+
+func (e *env) doctorCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "What this host can do for Arbor, and how to fix what it cannot",
+		Long: `Checks what this host can do for Arbor: one line per capability (ok, warn or
+missing), what it means for Arbor, and how to fix it. Exits 1 when the default
+backend (dir: files over FUSE) cannot run here. Starts no daemon.
+
+With -o json: one JSON object with default_backend, default_backend_runs,
+blocked_by, and checks (each with name, status, detail, fix).`,
+		Example: "  arbor doctor\n  arbor doctor -o json",
+		Args:    exactArgs(0, 0),
+	}
+	out := addOutput(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		r := doctor.Run(e.ctx, doctor.SystemHost(e.home))
+		var err error
+		if out.json {
+			err = r.WriteJSON(e.stdout)
+		} else {
+			err = r.WriteText(e.stdout)
+		}
+		if err != nil {
+			return err
+		}
+		if !r.Runs {
+			return errors.New("the default backend cannot run on this host (see the missing lines above)")
+		}
+		return nil
+	}
+	return cmd
 }
 
 // withClient runs fn with a client of the daemon, starting one if none

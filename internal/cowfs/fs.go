@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/store"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -42,8 +43,11 @@ type Config struct {
 	// changes made to the base directory behind Arbor's back show after
 	// at most this long.
 	CacheTTL time.Duration
-	Logger   *slog.Logger
-	Debug    bool
+	// Aborter ends the mount's FUSE connection when a forced unmount finds
+	// it busy (nil: one of its own, without a logger).
+	Aborter *fusemount.Aborter
+	Logger  *slog.Logger
+	Debug   bool
 	// FsName is the mount's source as mount(8) and /proc/self/mountinfo
 	// show it; default the store's base directory.
 	FsName string
@@ -109,6 +113,9 @@ func Mount(cfg Config) (*FS, error) {
 	if cfg.Branch == "" {
 		cfg.Branch = store.Main
 	}
+	if cfg.Aborter == nil {
+		cfg.Aborter = &fusemount.Aborter{}
+	}
 	if cfg.FsName == "" {
 		cfg.FsName = cfg.Store.Base()
 	}
@@ -136,9 +143,14 @@ func Mount(cfg Config) (*FS, error) {
 	opts := &fs.Options{
 		EntryTimeout: &ttl, AttrTimeout: &ttl, NegativeTimeout: &ttl,
 		MountOptions: fuse.MountOptions{
-			FsName:             cfg.FsName,
-			Name:               "branchfs",
+			FsName: cfg.FsName,
+			Name:   "branchfs",
+			// Strict: as root, mount and unmount with mount(2) and
+			// umount2(2) only, so that a busy unmount fails with EBUSY
+			// (go-fuse would retry through fusermount3 and return its
+			// words instead).
 			DirectMount:        root,
+			DirectMountStrict:  root,
 			AllowOther:         root,
 			MaxWrite:           1 << 20,
 			DisableReadDirPlus: true,
@@ -169,7 +181,7 @@ func Mount(cfg Config) (*FS, error) {
 		mountpoint, f.fusermounted = "/dev/fd/"+itoa(fd), true
 		// go-fuse tries a direct mount before it looks for /dev/fd/N, and
 		// /dev/fd/N is /dev/fuse: that would mount a second FS there.
-		opts.MountOptions.DirectMount = false
+		opts.MountOptions.DirectMount, opts.MountOptions.DirectMountStrict = false, false
 	}
 	f.startNotifier() // before the kernel's first requests
 	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), mountpoint, &opts.MountOptions)
@@ -187,30 +199,6 @@ func Mount(cfg Config) (*FS, error) {
 	}
 	f.server = srv
 	return f, nil
-}
-
-// fuseConn is the fusectl connection number of the mount at mp (the
-// kernel's dev_t of its superblock), read from /proc/self/mountinfo: a stat
-// would be a request to our own server.
-func fuseConn(mp string) (uint64, bool) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return 0, false
-	}
-	esc := strings.NewReplacer("\\", "\\134", " ", "\\040", "\t", "\\011", "\n", "\\012").Replace(mp)
-	var conn uint64
-	found := false
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 5 || fields[4] != esc {
-			continue
-		}
-		var major, minor uint64
-		if _, err := fmt.Sscanf(fields[2], "%d:%d", &major, &minor); err == nil {
-			conn, found = major<<20|minor, true // the last one is on top
-		}
-	}
-	return conn, found
 }
 
 func (f *FS) rootInode() *fs.Inode { return &f.root.Inode }
@@ -251,55 +239,71 @@ func (f *FS) Store() *store.Store { return f.st }
 // Mountpoint is where it is mounted.
 func (f *FS) Mountpoint() string { return f.cfg.Mountpoint }
 
-// Unmount unmounts; a busy mount fails with api.ErrBusy unless force, which
-// detaches it lazily.
+// Unmount unmounts; a busy mount fails with api.ErrBusy unless force,
+// which aborts its connection and detaches it. Where the connection cannot
+// be aborted (not root, no fusectl) the forced unmount detaches the mount
+// and returns without waiting for the server's loops: they end when the
+// process exits and the kernel closes its /dev/fuse descriptor.
 func (f *FS) Unmount(force bool) error {
+	mp := f.cfg.Mountpoint
 	if f.fusermounted {
-		err := fusermountUnmount(f.cfg.Mountpoint, false)
+		// Mounted by fusermount3: unmounted by it (go-fuse knows only the
+		// descriptor).
+		err := fusermountUnmount(mp, false)
 		if err != nil && force {
-			err = fusermountUnmount(f.cfg.Mountpoint, true)
+			var aborted bool
+			aborted, err = f.forceUnmount()
+			if err == nil && !aborted {
+				f.stopNotifier()
+				return nil
+			}
 		}
 		if err != nil {
-			if strings.Contains(err.Error(), "busy") {
-				return api.Errorf(api.ErrBusy, "unmount %s: the mount is in use", f.cfg.Mountpoint)
+			if fusemount.IsBusy(err) {
+				return api.Errorf(api.ErrBusy, "unmount %s: the mount is in use", mp)
 			}
-			return fmt.Errorf("unmount %s: %w", f.cfg.Mountpoint, err)
+			return fmt.Errorf("unmount %s: %w", mp, err)
 		}
 		f.server.Wait()
 		f.stopNotifier()
 		return nil
 	}
 	err := f.server.Unmount()
-	if err != nil && os.Geteuid() == 0 {
-		// go-fuse falls back to fusermount when its own umount(2) fails, and
-		// reports that one's failure (fusermount missing, say) rather than
-		// the kernel's: ask the kernel once more, to learn EBUSY.
-		switch uerr := unix.Unmount(f.cfg.Mountpoint, 0); {
-		case uerr == nil:
-			err = nil
-		case errors.Is(uerr, unix.EBUSY):
-			err = uerr
-		}
-	}
 	if err != nil && force {
-		conn, connOK := fuseConn(f.cfg.Mountpoint) // before the detach hides it
-		err = unix.Unmount(f.cfg.Mountpoint, unix.MNT_DETACH)
-		if err == nil && connOK {
-			// A detached mount lives on while a process holds a file or a
-			// cwd in it, and so would the server's loops (Wait below):
-			// abort the connection.
-			os.WriteFile(fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", conn), []byte("1"), 0)
+		var aborted bool
+		aborted, err = f.forceUnmount()
+		if err == nil && !aborted {
+			f.stopNotifier()
+			return nil
 		}
 	}
 	if err != nil {
-		if strings.Contains(err.Error(), "busy") || err == syscall.EBUSY {
-			return api.Errorf(api.ErrBusy, "unmount %s: the mount is in use", f.cfg.Mountpoint)
+		if fusemount.IsBusy(err) {
+			return api.Errorf(api.ErrBusy, "unmount %s: the mount is in use", mp)
 		}
-		return fmt.Errorf("unmount %s: %w", f.cfg.Mountpoint, err)
+		return fmt.Errorf("unmount %s: %w", mp, err)
 	}
 	f.server.Wait()
 	f.stopNotifier()
 	return nil
+}
+
+// forceUnmount aborts the busy mount's connection (a detached mount lives
+// on while a process holds a file or a cwd in it, and so would the
+// server's loops) and detaches it. aborted says whether the loops will end.
+func (f *FS) forceUnmount() (aborted bool, err error) {
+	mp := f.cfg.Mountpoint
+	m, ok := fusemount.Find(mp) // before the detach hides it
+	if !ok {
+		return false, fmt.Errorf("%s is not mounted", mp)
+	}
+	abortErr := f.cfg.Aborter.Abort(m)
+	if top, ok := fusemount.Find(mp); ok && top.ID == m.ID { // a forced unmount may have unmounted it
+		if err := fusemount.Detach(mp); err != nil {
+			return false, err
+		}
+	}
+	return abortErr == nil, nil
 }
 
 // Current is the branch the mount root shows.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // Without root a FUSE mount needs the setuid helper fusermount3. go-fuse
@@ -154,6 +155,11 @@ func fusermountUnmount(mp string, lazy bool) error {
 		why := strings.TrimSpace(stderr.String())
 		if why == "" {
 			why = err.Error()
+		}
+		// fusermount3 exits 1 whatever failed; only its words tell a busy
+		// mount (strerror(EBUSY)) from the rest.
+		if strings.Contains(strings.ToLower(why), unix.EBUSY.Error()) {
+			return fmt.Errorf("%s: %s: %w", bin, why, unix.EBUSY)
 		}
 		return fmt.Errorf("%s: %s", bin, why)
 	}

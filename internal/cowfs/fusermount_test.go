@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/store"
 )
 
@@ -74,7 +75,7 @@ func TestFusermountServes(t *testing.T) {
 		t.Fatalf("Unmount: %v", err)
 	}
 	done = true
-	if _, ok := fuseConn(mnt); ok {
+	if _, ok := fusemount.Find(mnt); ok {
 		t.Fatal("still mounted after Unmount")
 	}
 }

@@ -61,7 +61,8 @@ func spawn(t *testing.T, home, dir string) *proc {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the daemon did not answer within 20s: %v", err)
+			log, _ := os.ReadFile(filepath.Join(home, "arbord.log"))
+			t.Fatalf("the daemon did not answer within 20s: %v\n%s", err, tail(string(log)))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
 	"github.com/arbor-dev/arbor/internal/lineapi"
 	"github.com/arbor-dev/arbor/internal/metrics"
@@ -65,8 +66,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	defer lock.Close()
-	if err := lockHeld(lock, cfg.Home, 10*time.Second); err != nil {
-		return api.Errorf(api.ErrBusy, "daemon: another arbord runs with home %s", cfg.Home)
+	// Aborting FUSE connections (a forced unmount of a busy mount, the
+	// takeover from a dying daemon) is best done through fusectl: mount it
+	// when root and absent. Without it the aborter falls back, and says why
+	// once.
+	ab := &fusemount.Aborter{Logger: log}
+	ab.EnsureCtl()
+	if err := lockHeld(lock, cfg.Home, ab, 10*time.Second); err != nil {
+		return fmt.Errorf("daemon: another arbord runs with home %s: %w: %w", cfg.Home, api.ErrBusy, err)
 	}
 
 	var eng *engine.Engine // set once composed; the gauges read it only when scraped
@@ -82,7 +89,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	h, closeAll, err := compose(cfg.Home, cfg.Passthrough, log)
+	h, closeAll, err := compose(cfg.Home, cfg.Passthrough, ab, log)
 	if err != nil {
 		return err
 	}
@@ -142,8 +149,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 // compose builds the workspace mounts and the tree engine of home behind a
 // router; closeAll closes the engine, then the workspaces.
-func compose(home string, passthrough *bool, log *slog.Logger) (r *router, closeAll func(), err error) {
-	ws, err := workspace.New(workspace.Config{Home: home, Passthrough: passthrough, Logger: log})
+func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Logger) (r *router, closeAll func(), err error) {
+	ws, err := workspace.New(workspace.Config{Home: home, Passthrough: passthrough, Aborter: ab, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}

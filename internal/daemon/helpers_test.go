@@ -5,16 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
-	"golang.org/x/sys/unix"
+	"github.com/arbor-dev/arbor/internal/fusemount"
 )
 
 // tempDir is a short temporary directory (socket paths are limited to 108
@@ -36,53 +34,27 @@ func tempDir(t testing.TB) string {
 
 // detachUnder lazily unmounts every mount at or below dir, deepest first.
 func detachUnder(dir string) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	var mps []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			mps = append(mps, f[4])
-		}
-	}
-	for i := len(mps) - 1; i >= 0; i-- {
-		unix.Unmount(mps[i], unix.MNT_DETACH)
+	ms := fusemount.Under(dir)
+	for i := len(ms) - 1; i >= 0; i-- {
+		fusemount.Detach(ms[i].Point)
 	}
 }
 
-// abortUnder aborts the FUSE connections of the mounts at or below dir
-// (fusectl), which frees any process waiting on a dead server there.
+// abortUnder aborts the FUSE connections of the mounts at or below dir,
+// which frees any process waiting on a dead server there.
 func abortUnder(dir string) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 || (f[4] != dir && !strings.HasPrefix(f[4], dir+"/")) {
-			continue
-		}
-		var major, minor uint64
-		if _, err := fmt.Sscanf(f[2], "%d:%d", &major, &minor); err == nil {
-			os.WriteFile(fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", major<<20|minor), []byte("1"), 0)
+	ab := &fusemount.Aborter{}
+	for _, m := range fusemount.Under(dir) {
+		if m.IsFUSE() {
+			ab.Abort(m)
 		}
 	}
 }
 
 // mounted reports whether path is a mountpoint in /proc/self/mountinfo.
 func mounted(path string) bool {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
-			return true
-		}
-	}
-	return false
+	_, ok := fusemount.Find(path)
+	return ok
 }
 
 // startDaemon runs the daemon in-process until the test ends; it returns

@@ -15,6 +15,17 @@ import (
 const daemonHomeEnv = "ARBOR_TEST_DAEMON_HOME"
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(fusectlEnv); mode != "" {
+		if err := prepareFuseCtl(mode); err != nil {
+			fmt.Fprintln(os.Stderr, "prepare the mount namespace:", err)
+			os.Exit(1)
+		}
+	}
+	if home := os.Getenv(stuckEnv); home != "" {
+		err := runStuck(home)
+		fmt.Fprintln(os.Stderr, "stuck daemon:", err)
+		os.Exit(1)
+	}
 	if home := os.Getenv(daemonHomeEnv); home != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 		err := Run(ctx, Config{Home: home, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
@@ -26,4 +37,10 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// testLogger logs to stderr: the daemon's warnings show in a failing
+// test's output and in a parent test's capture of a child.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/arbor-dev/arbor/internal/fusemount"
 )
 
 // A daemon killed with SIGKILL can stay alive, holding its lock, while one
@@ -24,10 +27,11 @@ import (
 
 // lockHeld takes the home's lock, freeing it from a dying daemon if need be,
 // waiting up to wait for it to go.
-func lockHeld(lock *os.File, home string, wait time.Duration) error {
+func lockHeld(lock *os.File, home string, ab *fusemount.Aborter, wait time.Duration) error {
 	fd := int(lock.Fd())
 	deadline := time.Now().Add(wait)
 	aborted := false
+	var abortErr error
 	for {
 		err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
@@ -35,10 +39,13 @@ func lockHeld(lock *os.File, home string, wait time.Duration) error {
 		}
 		pid, ok := lockHolder(lock)
 		if !ok || !dying(pid) || time.Now().After(deadline) {
+			if abortErr != nil {
+				return fmt.Errorf("%w (the dying daemon %d holds it: %w)", err, pid, abortErr)
+			}
 			return err
 		}
 		if !aborted {
-			abortMounts(home)
+			abortErr = abortMounts(home, ab)
 			aborted = true
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -90,7 +97,7 @@ func dying(pid int) bool {
 
 // abortMounts aborts the FUSE connections of the mounts under home and of
 // those remembered in home/mounts.json.
-func abortMounts(home string) {
+func abortMounts(home string, ab *fusemount.Aborter) error {
 	points := []string{home}
 	if data, err := os.ReadFile(filepath.Join(home, "mounts.json")); err == nil {
 		var recs []struct {
@@ -102,28 +109,21 @@ func abortMounts(home string) {
 			}
 		}
 	}
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := fusemount.List()
 	if err != nil {
-		return
+		return err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
+	var errs []error
+	for _, m := range ms {
+		if m.FSType != "fuse.branchfs" {
 			continue
 		}
-		mp := f[4]
-		under := false
 		for _, p := range points {
-			if mp == p || strings.HasPrefix(mp, p+"/") {
-				under = true
+			if fusemount.Within(m.Point, p) {
+				errs = append(errs, ab.Abort(m))
+				break
 			}
 		}
-		var major, minor uint64
-		if !under || !strings.Contains(line, " - fuse.branchfs ") {
-			continue
-		}
-		if _, err := fmt.Sscanf(f[2], "%d:%d", &major, &minor); err == nil {
-			os.WriteFile(fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", major<<20|minor), []byte("1"), 0)
-		}
 	}
+	return errors.Join(errs...)
 }

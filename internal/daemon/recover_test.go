@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/arbor-dev/arbor/internal/fusemount"
 )
 
 // TestLockHolder: the holder of the home's lock is found from /proc/locks,
@@ -49,12 +51,12 @@ func TestLockHolder(t *testing.T) {
 		t.Fatalf("live holder %d taken for dying", pid)
 	}
 	start := time.Now()
-	if err := lockHeld(f, t.TempDir(), time.Second); err == nil || time.Since(start) > 500*time.Millisecond {
+	if err := lockHeld(f, t.TempDir(), &fusemount.Aborter{}, time.Second); err == nil || time.Since(start) > 500*time.Millisecond {
 		t.Fatalf("lock held by a live process: %v after %v, want an error at once", err, time.Since(start))
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	if err := lockHeld(f, t.TempDir(), time.Second); err != nil {
+	if err := lockHeld(f, t.TempDir(), &fusemount.Aborter{}, time.Second); err != nil {
 		t.Fatalf("after the holder died: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
 	"github.com/arbor-dev/arbor/internal/facetest"
+	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
 	"github.com/arbor-dev/arbor/internal/lineapi"
 	"github.com/arbor-dev/arbor/internal/testenv"
@@ -26,7 +27,7 @@ const testToken = "daemon-test-token"
 func realTarget(t *testing.T) facetest.Target {
 	home, base := tempDir(t), tempDir(t)
 	writeFile(t, filepath.Join(base, "a.txt"), "base")
-	r, closeAll, err := compose(home, nil, nil)
+	r, closeAll, err := compose(home, nil, &fusemount.Aborter{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

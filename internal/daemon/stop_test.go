@@ -25,7 +25,7 @@ func TestStopWithBusyMount(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, Config{Home: home, Ready: ready}) }()
+	go func() { done <- Run(ctx, Config{Home: home, Ready: ready, Logger: testLogger(t)}) }()
 	select {
 	case <-ready:
 	case err := <-done:
@@ -61,4 +61,5 @@ func TestStopWithBusyMount(t *testing.T) {
 	if mounted(mp) {
 		t.Errorf("%s still mounted after the daemon stopped", mp)
 	}
+	checkFuseCtlMode(t)
 }

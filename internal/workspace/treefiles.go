@@ -2,12 +2,14 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/cowfs"
+	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/store"
 	"golang.org/x/sys/unix"
 )
@@ -36,12 +38,12 @@ func (m *Manager) OpenTreeFiles(ctx context.Context, dir, base string) (*TreeFil
 		return nil, err
 	}
 	mnt := filepath.Join(dir, "mnt")
-	detachStale(mnt)
+	fusemount.DetachStale(mnt)
 	if err := os.MkdirAll(mnt, 0o755); err != nil {
 		st.Close()
 		return nil, err
 	}
-	f, err := cowfs.Mount(cowfs.Config{Store: st, Mountpoint: mnt, NoControl: true, Passthrough: m.cfg.Passthrough, Logger: m.log,
+	f, err := cowfs.Mount(cowfs.Config{Store: st, Mountpoint: mnt, NoControl: true, Passthrough: m.cfg.Passthrough, Aborter: m.cfg.Aborter, Logger: m.log,
 		FsName: MountSource(m.cfg.Home, base)})
 	if err != nil {
 		st.Close()
@@ -107,7 +109,9 @@ func (t *TreeFiles) Close() error {
 		err = err2
 	}
 	if err != nil {
-		unix.Unmount(t.mnt, unix.MNT_DETACH)
+		if derr := fusemount.Detach(t.mnt); derr != nil && !errors.Is(derr, unix.EINVAL) {
+			err = fmt.Errorf("%w; %w", err, derr)
+		}
 		return fmt.Errorf("close tree files: %w", err)
 	}
 	return nil

@@ -23,14 +23,15 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/cowfs"
+	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/store"
-	"golang.org/x/sys/unix"
 )
 
 // Config configures a Manager.
 type Config struct {
-	Home        string // the daemon's state directory
-	Passthrough *bool  // see cowfs.Config; nil: when root
+	Home        string             // the daemon's state directory
+	Passthrough *bool              // see cowfs.Config; nil: when root
+	Aborter     *fusemount.Aborter // see cowfs.Config
 	Logger      *slog.Logger
 }
 
@@ -199,23 +200,6 @@ func (m *Manager) storeDir(base string) string {
 	return filepath.Join(m.cfg.Home, "ws", hex.EncodeToString(h[:8]))
 }
 
-// detachStale lazily unmounts the dead FUSE mounts a killed daemon left at
-// mp. It probes with statfs, which always asks the FUSE server (stat of the
-// root can be answered from the kernel's attribute cache after the server
-// died, and a new mount would then stack on the dead one).
-func detachStale(mp string) {
-	for range 8 { // mounts stacked by earlier crashes, each dead
-		var st unix.Statfs_t
-		err := unix.Statfs(mp, &st)
-		if !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED) {
-			return
-		}
-		if unix.Unmount(mp, unix.MNT_DETACH) != nil {
-			return
-		}
-	}
-}
-
 // mount mounts base at mp showing branch. The caller holds m.mu or is New.
 func (m *Manager) mount(base, mp, branch string) (*cowfs.FS, error) {
 	if f, ok := m.mounts[mp]; ok {
@@ -233,7 +217,7 @@ func (m *Manager) mount(base, mp, branch string) (*cowfs.FS, error) {
 	if inside(mp, m.cfg.Home) || inside(m.cfg.Home, mp) {
 		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and the daemon's home %s must not contain each other", mp, m.cfg.Home)
 	}
-	detachStale(mp)
+	fusemount.DetachStale(mp)
 	if err := os.MkdirAll(mp, 0o755); err != nil {
 		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s: %v", mp, err)
 	}
@@ -248,7 +232,7 @@ func (m *Manager) mount(base, mp, branch string) (*cowfs.FS, error) {
 		branch = store.Main
 	}
 	f, err := cowfs.Mount(cowfs.Config{
-		Store: sh.st, Mountpoint: mp, Branch: branch, Passthrough: m.cfg.Passthrough, Logger: m.log,
+		Store: sh.st, Mountpoint: mp, Branch: branch, Passthrough: m.cfg.Passthrough, Aborter: m.cfg.Aborter, Logger: m.log,
 		FsName: MountSource(m.cfg.Home, base),
 		OnCommit: func(res store.CommitResult, child string) {
 			m.others(sh, mp, func(o *cowfs.FS) { o.Committed(res, child) })
@@ -325,8 +309,10 @@ func (m *Manager) unshare(base string, sh *shared) {
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.writeRecords()
 	var errs []error
+	if err := m.writeRecords(); err != nil {
+		errs = append(errs, err)
+	}
 	for mp, f := range m.mounts {
 		if err := f.Unmount(true); err != nil {
 			errs = append(errs, err)
