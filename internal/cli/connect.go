@@ -1,19 +1,17 @@
 package cli
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/workspace"
 )
 
@@ -154,63 +152,15 @@ func (e *env) checkOwner(mp string) error {
 	if dir, err := filepath.EvalSymlinks(filepath.Dir(mp)); err == nil {
 		mp = filepath.Join(dir, filepath.Base(mp))
 	}
-	src, ok := arborMountAt(mp)
-	if !ok {
+	m, ok := fusemount.Find(mp)
+	if !ok || m.FSType != "fuse.branchfs" {
 		return nil
 	}
-	other, base, ok := workspace.ParseSource(src)
+	other, base, ok := workspace.ParseSource(m.Source)
 	if !ok || filepath.Clean(other) == home {
 		return nil
 	}
 	return api.Errorf(api.ErrNotFound,
 		"%s is not a mount of this daemon (home %s): it is the arbor mount of %s by the daemon with home %s (use --home %s or ARBOR_HOME=%s)",
 		mp, home, base, other, other, other)
-}
-
-// arborMountAt returns the source of the topmost arbor (fuse.branchfs)
-// mount at mp.
-func arborMountAt(mp string) (source string, ok bool) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent maj:min root mountpoint opts... - fstype source superopts
-		fields := strings.Fields(sc.Text())
-		sep := slices.Index(fields, "-")
-		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
-			continue
-		}
-		if unescapeMount(fields[4]) != mp {
-			continue
-		}
-		if fields[sep+1] == "fuse.branchfs" {
-			source, ok = unescapeMount(fields[sep+2]), true
-		} else {
-			source, ok = "", false // a later mount stacks over an earlier one
-		}
-	}
-	return source, ok
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
