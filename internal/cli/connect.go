@@ -157,10 +157,21 @@ func (e *env) checkOwner(mp string) error {
 		return nil
 	}
 	other, base, ok := workspace.ParseSource(m.Source)
-	if !ok || filepath.Clean(other) == home {
+	if !ok || samePath(other, home) {
 		return nil
 	}
 	return api.Errorf(api.ErrNotFound,
 		"%s is not a mount of this daemon (home %s): it is the arbor mount of %s by the daemon with home %s (use --home %s or ARBOR_HOME=%s)",
 		mp, home, base, other, other, other)
+}
+
+// samePath reports whether a and b name the same directory, symlinks
+// resolved.
+func samePath(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	ra, err1 := filepath.EvalSymlinks(a)
+	rb, err2 := filepath.EvalSymlinks(b)
+	return err1 == nil && err2 == nil && ra == rb
 }
