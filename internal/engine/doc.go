@@ -41,14 +41,23 @@
 // Reconcile (at New for every open tree, and at tree_open): finish or drop a
 // commit intent; drop every node whose branch Files lacks, with its subtree
 // (never the root: a files layer without main is an error); abort every
-// branch the tree lacks; re-measure disk usage. Every node comes back in its
+// branch the tree lacks; make suspended nodes' files unwritable; re-measure
+// disk usage. Every node comes back in its
 // stored state: files-only nodes can always be re-established, so live nodes
 // stay live.
 //
 // tree_drop forgets a tree (closes its files layer, ends its watchers) but
 // keeps it on disk, marked closed; tree_open loads it again (idempotent on a
-// loaded tree). A dropped tree's id stays taken. Deleting a tree's disk is
-// not a verb yet.
+// loaded tree). A dropped tree's id stays taken. tree_delete removes a tree
+// for good, loaded or dropped: it closes its files layer, renames its
+// directory aside, deletes its metadata in one transaction (the id is free
+// from then on) and removes the directory; New removes what a crash left
+// aside. The base directory is never touched.
+//
+// Suspended nodes: a files layer that implements Freezer has a suspended
+// node's branch made unwritable (EROFS through its path) before the plan
+// that suspends it is saved, and writable again after the plan that resumes
+// it; Reconcile makes the suspended nodes' branches unwritable again.
 //
 // Latency: tree_fork_batch's latency_ns is measured from the moment the
 // verb holds the tree's mutex (the source's pause) to the reply; each fork's
@@ -57,7 +66,8 @@
 //
 // # Locking
 //
-// Engine.life serialises tree_create, tree_open, tree_drop, tree_delete and Close.
+// Engine.life serialises tree_create, tree_open, tree_drop, tree_delete and
+// Close.
 // Engine.mu guards the map of loaded trees and the closed flag, and is held
 // only to look up, insert or remove. treeState.mu serialises every verb on
 // one tree, with its Files calls and its metadata writes; verbs on different
