@@ -78,7 +78,7 @@ type Config struct {
 	// AgentTimeout bounds each agent script. Default: DefaultAgentTimeout.
 	AgentTimeout time.Duration
 	// KeepTree leaves the tree in the daemon for inspection instead of
-	// dropping it at the end.
+	// deleting it (and its disk) at the end.
 	KeepTree bool
 }
 
@@ -229,13 +229,14 @@ func (r *run) do(ctx context.Context) (_ Summary, err error) {
 	r.treeID, r.sum.TreeID = resp.TreeID, resp.TreeID
 	defer func() {
 		if r.cfg.KeepTree {
-			fmt.Fprintf(r.cfg.Out, "\nkept tree %s (drop it with tree_drop)\n", r.treeID)
+			fmt.Fprintf(r.cfg.Out, "\nkept tree %s (arbor tree delete removes it and its disk)\n", r.treeID)
 			return
 		}
-		// The drop must run even when ctx is done; bound it on its own.
+		// The delete (the tree and its disk) must run even when ctx is done;
+		// bound it on its own.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if _, derr := r.call(dctx, api.Request{Op: api.OpTreeDrop, TreeID: r.treeID}); derr != nil {
+		if _, derr := r.call(dctx, api.Request{Op: api.OpTreeDelete, TreeID: r.treeID}); derr != nil {
 			err = errors.Join(err, derr)
 			return
 		}

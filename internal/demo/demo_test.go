@@ -133,11 +133,11 @@ func (f *fakeDaemon) do(req api.Request) (api.Response, error) {
 			resp.Nodes = append(resp.Nodes, an)
 		}
 		return resp, nil
-	case api.OpTreeDrop:
+	case api.OpTreeDelete:
 		for id, n := range f.nodes {
 			if id != "n0" {
 				if err := os.RemoveAll(n.path); err != nil {
-					return api.Response{}, api.Errorf(api.ErrInternal, "drop: %v", err)
+					return api.Response{}, api.Errorf(api.ErrInternal, "delete: %v", err)
 				}
 			}
 		}
@@ -318,7 +318,7 @@ func TestCodingAgent(t *testing.T) {
 	}
 	t.Logf("demo took %v; fork batch %d ns", time.Since(start), sum.ForkLatencyNS)
 
-	// One fork of the source, ONE batch of three, one commit, and a drop at the end.
+	// One fork of the source, ONE batch of three, one commit, and a delete at the end.
 	ops := fake.calls()
 	count := func(op string) int {
 		n := 0
@@ -332,11 +332,11 @@ func TestCodingAgent(t *testing.T) {
 	if count(api.OpTreeCreate) != 1 || count(api.OpTreeFork) != 1 || count(api.OpTreeForkBat) != 1 || count(api.OpTreeCommit) != 1 {
 		t.Errorf("ops = %v", ops)
 	}
-	if ops[len(ops)-1] != api.OpTreeDrop {
-		t.Errorf("last op = %s, want %s (ops %v)", ops[len(ops)-1], api.OpTreeDrop, ops)
+	if ops[len(ops)-1] != api.OpTreeDelete {
+		t.Errorf("last op = %s, want %s (ops %v)", ops[len(ops)-1], api.OpTreeDelete, ops)
 	}
 	if _, err := os.Stat(filepath.Join(work, "bases")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("the empty base dir was not removed after the drop: %v", err)
+		t.Errorf("the empty base dir was not removed after the delete: %v", err)
 	}
 
 	if sum.TreeID != "tree-1" || sum.SourceID == "" || len(sum.ChildIDs) != 3 || sum.ForkLatencyNS <= 0 {
@@ -491,7 +491,7 @@ func TestCodingAgent(t *testing.T) {
 }
 
 // TestCodingAgentFailures drives the demo into each way it can go wrong and
-// checks that it says so and still drops the tree.
+// checks that it says so and still deletes the tree.
 func TestCodingAgentFailures(t *testing.T) {
 	needPython(t)
 	tests := []struct {
@@ -571,8 +571,8 @@ func TestCodingAgentFailures(t *testing.T) {
 			name:  "keep the tree",
 			setup: func(_ *fakeDaemon, cfg *Config) { cfg.KeepTree = true },
 			check: func(t *testing.T, sum Summary, f *fakeDaemon) {
-				if slices.Contains(f.calls(), api.OpTreeDrop) {
-					t.Errorf("KeepTree, but the tree was dropped")
+				if slices.Contains(f.calls(), api.OpTreeDelete) {
+					t.Errorf("KeepTree, but the tree was deleted")
 				}
 				if sum.Commit == nil || sum.Commit.Label != Minimal {
 					t.Errorf("commit = %+v", sum.Commit)
@@ -593,8 +593,8 @@ func TestCodingAgentFailures(t *testing.T) {
 				t.Fatalf("CodingAgent error = %v, want %v", err, tt.wantErr)
 			}
 			ops := f.calls()
-			if !cfg.KeepTree && ops[len(ops)-1] != api.OpTreeDrop {
-				t.Errorf("the tree was not dropped last: %v", ops)
+			if !cfg.KeepTree && ops[len(ops)-1] != api.OpTreeDelete {
+				t.Errorf("the tree was not deleted last: %v", ops)
 			}
 			if tt.check != nil {
 				tt.check(t, sum, f)

@@ -26,7 +26,8 @@
 // line diff of the workspace's Python sources against the fork point, ties
 // broken in label order), shows with tree_nodes that the siblings are stale,
 // re-runs the tests in the source and appends a commit section to the
-// summary. Last it drops the tree (unless Config.KeepTree); results stay.
+// summary. Last it deletes the tree and its disk (unless Config.KeepTree);
+// results stay.
 //
 // # Sharp edges
 //
