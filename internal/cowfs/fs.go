@@ -190,6 +190,10 @@ func Mount(cfg Config) (*FS, error) {
 		if f.fusermounted {
 			fusermountUnmount(cfg.Mountpoint, true)
 		}
+		if _, serr := os.Stat("/dev/fuse"); serr != nil {
+			// The host has no FUSE device at all: nothing the request can fix.
+			return nil, fmt.Errorf("cowfs: mount %s: %w (/dev/fuse: %v; modprobe fuse): %w", cfg.Mountpoint, err, serr, api.ErrUnavailable)
+		}
 		return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
 	}
 	go srv.Serve()
