@@ -11,6 +11,7 @@ import (
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/store"
+	"github.com/arbor-dev/arbor/internal/testenv"
 )
 
 // TestFusermountCause: when fusermount3 fails, its own words reach the
@@ -88,4 +89,36 @@ func newStoreNoFUSE(t *testing.T) *store.Store {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st
+}
+
+// TestNoDevFuse: on a host without /dev/fuse (here: a mount namespace with
+// an empty /dev) a mount fails as unavailable and names the device. The
+// test re-runs itself under unshare(1); the child does the mount.
+func TestNoDevFuse(t *testing.T) {
+	if os.Getenv("COWFS_NO_DEV_FUSE_CHILD") == "1" {
+		if _, err := os.Stat("/dev/fuse"); err == nil {
+			t.Fatal("the child still sees /dev/fuse")
+		}
+		st := newStoreNoFUSE(t)
+		_, err := Mount(Config{Store: st, Mountpoint: t.TempDir()})
+		if !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "/dev/fuse") {
+			t.Fatalf("Mount without /dev/fuse: %v, want ErrUnavailable naming /dev/fuse", err)
+		}
+		return
+	}
+	testenv.NeedFUSE(t)
+	bin, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("no unshare(1)")
+	}
+	cmd := exec.Command(bin, "--mount", "--propagation", "private", "sh", "-c",
+		`mount -t tmpfs none /dev && exec "$0" -test.run '^TestNoDevFuse$' -test.count=1`, os.Args[0])
+	cmd.Env = append(os.Environ(), "COWFS_NO_DEV_FUSE_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "PASS") {
+		t.Fatalf("child did not pass:\n%s", out)
+	}
 }
