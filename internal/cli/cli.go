@@ -110,6 +110,7 @@ otherwise).`,
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
 	root.PersistentFlags().StringVar(&e.home, "home", Home(e.getenv), "Arbor's state directory ($ARBOR_HOME)")
+	root.MarkPersistentFlagDirname("home")
 	root.AddGroup(
 		&cobra.Group{ID: "ws", Title: "Workspace mounts (a base directory's branches at a mountpoint):"},
 		&cobra.Group{ID: "tree", Title: "Snapshot trees:"},

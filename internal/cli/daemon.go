@@ -50,6 +50,7 @@ settings of the one it replaces.`,
   arbor daemon stop`,
 		Args:              subcommandArgs,
 		ValidArgsFunction: cobra.NoFileCompletions,
+		Version:           versionString(), // arbor daemon --version, so arbord --version
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "the configuration file (default HOME/arbord.toml; a missing default file is no error)")

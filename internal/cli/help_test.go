@@ -118,7 +118,7 @@ func TestUsageErrors(t *testing.T) {
 // and, when the build recorded one, the commit; version starts no daemon.
 func TestVersion(t *testing.T) {
 	b := readBuildInfo()
-	for _, args := range [][]string{{"version"}, {"--version"}} {
+	for _, args := range [][]string{{"version"}, {"--version"}, {"daemon", "--version"}} {
 		code, out, errs, made := run(t, args...)
 		if code != 0 || made {
 			t.Fatalf("arbor %v: exit %d, home made %v, stderr %q", args, code, made, errs)

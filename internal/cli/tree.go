@@ -96,6 +96,7 @@ disk).`,
 	f.Int64Var(&b.MaxDiskBytes, "max-disk", 0, "budget: max disk in bytes (0: default)")
 	cmd.MarkFlagRequired("base")
 	cmd.MarkFlagDirname("base")
+	cmd.RegisterFlagCompletionFunc("backend", cobra.FixedCompletions([]string{"dir"}, cobra.ShellCompDirectiveNoFileComp))
 	out := addOutput(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		abs, err := absPath(base)
