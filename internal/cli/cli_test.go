@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -41,10 +42,7 @@ func TestScripts(t *testing.T) {
 		why = "no /dev/fuse"
 	}
 	if why != "" {
-		if os.Getenv("ARBOR_TEST_REQUIRE") != "" {
-			t.Fatalf("%s (ARBOR_TEST_REQUIRE is set)", why)
-		}
-		t.Skip(why)
+		testenv.Missing(t, testenv.FUSE, why)
 	}
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata",
