@@ -17,6 +17,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"github.com/rogpeppe/go-internal/testscript"
 	"golang.org/x/sys/unix"
 )
@@ -44,10 +45,7 @@ func TestScripts(t *testing.T) {
 		why = "no /dev/fuse"
 	}
 	if why != "" {
-		if os.Getenv("ARBOR_TEST_REQUIRE") != "" {
-			t.Fatalf("%s (ARBOR_TEST_REQUIRE is set)", why)
-		}
-		t.Skip(why)
+		testenv.Missing(t, testenv.FUSE, why)
 	}
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata",

@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -287,12 +287,7 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 // needPython skips without python3, or fails when ARBOR_TEST_REQUIRE is set.
 func needPython(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		if os.Getenv("ARBOR_TEST_REQUIRE") != "" {
-			t.Fatalf("python3 is required (ARBOR_TEST_REQUIRE is set): %v", err)
-		}
-		t.Skipf("python3 not found: %v", err)
-	}
+	testenv.NeedCommand(t, testenv.Python, "python3")
 }
 
 func testCtx(t *testing.T) context.Context {

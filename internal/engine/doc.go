@@ -46,6 +46,13 @@
 // stored state: files-only nodes can always be re-established, so live nodes
 // stay live.
 //
+// A verb that panics halfway (a bug) fails with internal, and its tree may
+// then disagree with what is on disk: the tree is marked broken, refuses
+// every verb with busy, and is reloaded in the background (its files
+// closed, then loaded and reconciled as after a crash). The other trees and
+// the daemon go on. A tree that fails to reload is left closed; tree_open
+// retries it.
+//
 // tree_drop forgets a tree (closes its files layer, ends its watchers) but
 // keeps it on disk, marked closed; tree_open loads it again (idempotent on a
 // loaded tree). A dropped tree's id stays taken. tree_delete removes a tree

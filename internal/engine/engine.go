@@ -65,6 +65,7 @@ type Engine struct {
 	closed bool
 
 	hub hub
+	bg  sync.WaitGroup // reloads of trees whose verb panicked
 }
 
 // treeState is one loaded tree.
@@ -77,6 +78,9 @@ type treeState struct {
 	files   Files
 	seq     uint64 // the last event's sequence number
 	dropped bool   // unloaded: a verb that found this pointer before the drop must report not found
+	// broken: a verb panicked halfway, so memory may disagree with disk.
+	// The tree refuses verbs until reload replaces it with what is on disk.
+	broken bool
 }
 
 // New opens the engine's state in cfg.Home and reloads every open tree,
@@ -130,6 +134,7 @@ func New(cfg Config) (*Engine, error) {
 // Close closes every tree's files layer and the metadata store, and ends
 // every watch. Verbs in flight finish first.
 func (e *Engine) Close() error {
+	defer e.bg.Wait() // a reload waiting for life finds the engine closed
 	e.life.Lock()
 	defer e.life.Unlock()
 	e.mu.Lock()
@@ -177,7 +182,65 @@ func (e *Engine) get(op, id string) (*treeState, error) {
 		ts.mu.Unlock()
 		return nil, api.Errorf(api.ErrNotFound, "%s: tree %q", op, id)
 	}
+	if ts.broken {
+		ts.mu.Unlock()
+		return nil, api.Errorf(api.ErrBusy, "%s: tree %q is being reloaded from disk after an internal error; try again", op, id)
+	}
 	return ts, nil
+}
+
+// contain turns a panic in a verb on ts (held) into an internal error: ts
+// is marked broken, so that it refuses verbs, and is reloaded from disk in
+// the background. The other trees go on.
+func (e *Engine) contain(ts *treeState, op string, err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	e.log.Error("engine panic; the tree is reloaded from disk", "op", op, "tree", ts.id, "panic", r, "stack", string(debug.Stack()))
+	ts.broken = true
+	*err = api.Errorf(api.ErrInternal, "%s: internal error; tree %s is reloaded from disk", op, ts.id)
+	e.bg.Go(func() { e.reload(ts) })
+}
+
+// reload replaces the broken ts with tree ts.id as the metadata store and
+// the files layer hold it (load reconciles the two, as after a crash). A
+// tree that fails to load is left closed, and tree_open retries it.
+func (e *Engine) reload(ts *treeState) {
+	e.life.Lock()
+	defer e.life.Unlock()
+	e.mu.Lock()
+	current := !e.closed && e.trees[ts.id] == ts
+	e.mu.Unlock()
+	if !current {
+		return
+	}
+	// ts stays broken (refusing with busy) until the new state replaces
+	// it, and for good after: a verb that found the old pointer retries.
+	ts.mu.Lock()
+	if err := ts.files.Close(); err != nil {
+		e.log.Warn("close the files of a broken tree", "tree", ts.id, "err", err)
+	}
+	ts.mu.Unlock()
+	nts, err := e.load(context.Background(), ts.id)
+	e.mu.Lock()
+	if err != nil {
+		delete(e.trees, ts.id)
+	} else {
+		e.trees[ts.id] = nts
+	}
+	e.mu.Unlock()
+	if err != nil {
+		ts.mu.Lock()
+		ts.dropped = true
+		ts.mu.Unlock()
+	}
+	if err != nil {
+		e.log.Error("reload a broken tree; it stays closed until tree_open", "tree", ts.id, "err", err)
+		e.hub.endTree(ts.id)
+		return
+	}
+	e.log.Info("tree reloaded from disk", "tree", ts.id)
 }
 
 // Do serves one request. The error it returns wraps an api sentinel.
@@ -224,6 +287,7 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 		return api.Response{}, err
 	}
 	defer ts.mu.Unlock()
+	defer e.contain(ts, req.Op, &err)
 	switch req.Op {
 	case api.OpTreeFork:
 		return e.fork(ctx, ts, req, "tree_forked", req.SourceID, []string{req.Label})

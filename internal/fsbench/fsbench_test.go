@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,9 +16,6 @@ import (
 	"github.com/arbor-dev/arbor/api"
 	"golang.org/x/sys/unix"
 )
-
-// required reports whether skips of root/FUSE features must fail.
-func required() bool { return os.Getenv("ARBOR_TEST_REQUIRE") != "" }
 
 // smallConfig is a run small enough for CI: every case, in seconds.
 func smallConfig(t testing.TB) Config {
@@ -82,8 +80,8 @@ func TestSmall(t *testing.T) {
 	for _, sys := range Baselines() {
 		name := sys.Name()
 		if reason, ok := skipped[name]; ok {
-			if required() {
-				t.Errorf("%s unavailable but ARBOR_TEST_REQUIRE is set: %s", name, reason)
+			if testenv.Required(name) {
+				t.Errorf("%s unavailable but %s requires it: %s", name, testenv.Env, reason)
 			} else {
 				t.Logf("%s skipped: %s", name, reason)
 			}
@@ -169,12 +167,7 @@ func lapsOf(c *caseDef) int {
 
 // TestColdDropsCaches runs a cold case with the real cache drop once.
 func TestColdDropsCaches(t *testing.T) {
-	if !isRoot() {
-		if required() {
-			t.Fatal("dropping caches needs root")
-		}
-		t.Skip("dropping caches needs root")
-	}
+	testenv.NeedRoot(t, "dropping caches")
 	cfg := smallConfig(t)
 	cfg.QuickCold = false
 	cfg.Cases = []string{"stat-cold"}
@@ -191,13 +184,7 @@ func TestColdDropsCaches(t *testing.T) {
 // TestRequireRoot makes CI fail when it runs without the privileges the
 // overlayfs baselines need.
 func TestRequireRoot(t *testing.T) {
-	if isRoot() {
-		return
-	}
-	if required() {
-		t.Fatal("ARBOR_TEST_REQUIRE is set but the test is not root: overlayfs and cold cases need root")
-	}
-	t.Skip("not root: overlayfs and cold cases are skipped")
+	testenv.NeedRoot(t, "overlayfs and cold cases")
 }
 
 // copyBrancher is a Brancher for the harness's own tests: a branch is a
@@ -304,12 +291,7 @@ func (leaky) Setup(ctx context.Context, base, scratch string) (string, error) {
 }
 
 func TestLeftMountsAreDetachedAndReported(t *testing.T) {
-	if !isRoot() {
-		if required() {
-			t.Fatal("needs root to mount tmpfs")
-		}
-		t.Skip("needs root to mount tmpfs")
-	}
+	testenv.NeedRoot(t, "to mount tmpfs")
 	cfg := smallConfig(t)
 	cfg.Cases = []string{"stat-warm"}
 	_, err := Run(withTimeout(t, 30*time.Second), cfg, []System{leaky{}})

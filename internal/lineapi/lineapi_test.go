@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"io"
 	"net"
 	"net/http/httptest"
@@ -362,10 +363,7 @@ func TestShutdown(t *testing.T) {
 // with an empty allow-list, admitted when listed.
 func TestAllowList(t *testing.T) {
 	if os.Geteuid() != 0 {
-		if os.Getenv("ARBOR_TEST_REQUIRE") != "" {
-			t.Fatal("TestAllowList needs root to run a client as another uid (ARBOR_TEST_REQUIRE is set)")
-		}
-		t.Skip("needs root to run a client as another uid")
+		testenv.NeedRoot(t, "to run a client as another uid")
 	}
 	dir := shortTemp(t)
 	if err := os.Chmod(dir, 0o755); err != nil {

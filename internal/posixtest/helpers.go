@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,20 +41,11 @@ func (s *suite) unsupported(t *testing.T, err error, what string, also ...unix.E
 	}
 }
 
-// requireEnv is the house variable that makes capability skips fail.
-const requireEnv = "ARBOR_TEST_REQUIRE"
-
-// requireRoot skips unless the test runs as root; under ARBOR_TEST_REQUIRE
-// it fails instead.
+// requireRoot skips unless the test runs as root; where ARBOR_TEST_REQUIRE
+// names root it fails instead.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv(requireEnv) != "" {
-		t.Fatalf("needs root (for uid 65534 checks, chown and device nodes); %s is set", requireEnv)
-	}
-	t.Skip("needs root (for uid 65534 checks, chown and device nodes)")
+	testenv.NeedRoot(t, "for uid 65534 checks, chown and device nodes")
 }
 
 func isRoot() bool { return os.Geteuid() == 0 }

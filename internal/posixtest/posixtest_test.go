@@ -1,7 +1,8 @@
 package posixtest_test
 
 import (
-	"os"
+	"fmt"
+	"github.com/arbor-dev/arbor/internal/testenv"
 	"testing"
 
 	"github.com/arbor-dev/arbor/internal/posixtest"
@@ -22,10 +23,7 @@ func TestTmpfs(t *testing.T) {
 	const shm = "/dev/shm"
 	var st unix.Statfs_t
 	if err := unix.Statfs(shm, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
-		if os.Getenv("ARBOR_TEST_REQUIRE") != "" {
-			t.Fatalf("%s is not a tmpfs (%v)", shm, err)
-		}
-		t.Skipf("%s is not a tmpfs (%v)", shm, err)
+		testenv.Missing(t, testenv.Tmpfs, fmt.Sprintf("%s is not a tmpfs (%v)", shm, err))
 	}
 	posixtest.Run(t, posixtest.TempDirEnv{Root: shm})
 }

@@ -23,35 +23,71 @@ func copyMeta(src, dst string, st *unix.Stat_t) error {
 			return err
 		}
 	}
-	copyXattrs(src, dst)
+	if err := copyXattrs(src, dst); err != nil {
+		return err
+	}
 	ts := []unix.Timespec{st.Atim, st.Mtim}
 	return unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-func copyXattrs(src, dst string) {
-	buf := make([]byte, 4096)
-	n, err := unix.Llistxattr(src, buf)
-	if err == unix.ERANGE {
-		if sz, err2 := unix.Llistxattr(src, nil); err2 == nil {
-			buf = make([]byte, sz)
-			n, err = unix.Llistxattr(src, buf)
+// copyXattrs copies src's extended attributes to dst (the store's own
+// inode attribute aside). A failure is returned, never skipped: an xattr
+// lost at copy-up is data lost.
+func copyXattrs(src, dst string) error {
+	var names []byte
+	for size := 4096; ; {
+		buf := make([]byte, size)
+		n, err := unix.Llistxattr(src, buf)
+		if errors.Is(err, unix.ERANGE) {
+			if size, err = unix.Llistxattr(src, nil); err != nil {
+				return fmt.Errorf("list xattrs of %s: %w", src, err)
+			}
+			size += 256 // it may grow between the calls
+			continue
 		}
+		if errors.Is(err, unix.ENOTSUP) {
+			return nil // the source has none to give
+		}
+		if err != nil {
+			return fmt.Errorf("list xattrs of %s: %w", src, err)
+		}
+		names = buf[:n]
+		break
 	}
-	if err != nil || n <= 0 {
-		return
-	}
-	for _, name := range strings.Split(string(buf[:n]), "\x00") {
+	for _, name := range strings.Split(string(names), "\x00") {
 		if name == "" || name == inoXattr {
 			continue
 		}
-		sz, err := unix.Lgetxattr(src, name, nil)
+		val, err := getXattr(src, name)
+		if errors.Is(err, unix.ENODATA) {
+			continue // removed since the listing
+		}
 		if err != nil {
-			continue
+			return fmt.Errorf("read xattr %s of %s: %w", name, src, err)
 		}
-		val := make([]byte, sz)
-		if sz, err = unix.Lgetxattr(src, name, val); err == nil {
-			unix.Lsetxattr(dst, name, val[:sz], 0)
+		if err := unix.Lsetxattr(dst, name, val, 0); err != nil {
+			return fmt.Errorf("copy xattr %s to %s: %w", name, dst, err)
 		}
+	}
+	return nil
+}
+
+// getXattr reads one extended attribute whole.
+func getXattr(path, name string) ([]byte, error) {
+	for {
+		sz, err := unix.Lgetxattr(path, name, nil)
+		if err != nil {
+			return nil, err
+		}
+		val := make([]byte, sz+64)
+		n, err := unix.Lgetxattr(path, name, val)
+		if errors.Is(err, unix.ERANGE) {
+			continue // it grew
+		}
+		if err != nil {
+			return nil, err
+		}
+		return val[:n], nil
 	}
 }
 

@@ -521,7 +521,16 @@ func (s *Store) Fork(parent string, children ...string) error {
 		s.hold(b)
 	}
 	p.kids = append(p.kids, made...)
-	s.keepWriters(p, oldChain, snap)
+	if err := s.keepWriters(p, oldChain, snap); err != nil {
+		// The children would share a writer's file: they go, and the fork
+		// fails. What keepWriters did keep stays (a copy in the snapshot,
+		// an inode moved up to p's head), which p's view does not change.
+		err = fmt.Errorf("fork %s: keep a file open for writing apart: %w", parent, err)
+		if uerr := s.dropLocked(made); uerr != nil {
+			err = fmt.Errorf("%w; and removing the children failed: %w", err, uerr)
+		}
+		return err
+	}
 	return nil
 }
 
@@ -534,17 +543,16 @@ func (s *Store) Fork(parent string, children ...string) error {
 // unchanged when a child commits, the parent did not change (a descriptor
 // whose close(2) had returned but whose FUSE release had not yet arrived is
 // such a writer, and must not make the fork's commit stale).
-func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) {
+func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) error {
 	if len(s.writers) == 0 {
-		return
+		return nil
 	}
 	if p.Name == Main {
 		for real := range s.writers {
 			if rel, ok := relTo(s.base, real); ok {
 				_, had := s.get(snap, rel)
 				if err := s.preserve(rel, false); err != nil {
-					s.log.Warn("fork: preserve open file", "path", rel, "err", err)
-					continue
+					return fmt.Errorf("preserve %s: %w", rel, err)
 				}
 				if !had {
 					snap.keep(rel, real)
@@ -552,10 +560,10 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) {
 				}
 			}
 		}
-		return
+		return nil
 	}
 	if len(oldChain) == len(p.chain) {
-		return // the head was empty: nothing was frozen
+		return nil // the head was empty: nothing was frozen
 	}
 	frozen, head := oldChain[len(oldChain)-1], p.head()
 	for real := range s.writers {
@@ -568,9 +576,11 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) {
 			continue
 		}
 		var st unix.Stat_t
-		if err := s.ensureParent(p, rel); err != nil || unix.Lstat(real, &st) != nil {
-			s.log.Warn("fork: keep open file", "path", rel, "err", err)
-			continue
+		if err := s.ensureParent(p, rel); err != nil {
+			return fmt.Errorf("keep %s: %w", rel, err)
+		}
+		if err := unix.Lstat(real, &st); err != nil {
+			return fmt.Errorf("keep %s: %w", rel, err)
 		}
 		dst := head.real(rel)
 		// Was the file still as an earlier fork kept it? Then the copy left
@@ -578,8 +588,7 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) {
 		prev, wasKept := frozen.kept[rel]
 		stillKept := wasKept && sigOf(real) == prev
 		if err := moveOut(s.tmpDir(), real, dst, &st); err != nil {
-			s.log.Warn("fork: keep open file", "path", rel, "err", err)
-			continue
+			return fmt.Errorf("keep %s: %w", rel, err)
 		}
 		ino := e.ino
 		if ino == 0 {
@@ -602,6 +611,7 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) {
 		s.writers[dst] += s.writers[real]
 		delete(s.writers, real)
 	}
+	return nil
 }
 
 func relTo(dir, p string) (string, bool) {
@@ -716,15 +726,30 @@ func (s *Store) Abort(name string) error {
 	if err != nil {
 		return fmt.Errorf("abort: %w", err)
 	}
-	drop := append(s.descendants(b), b)
-	names := make([]string, len(drop))
-	for i, d := range drop {
-		names[i] = d.Name
-	}
-	if err := s.save(nil, names, nil); err != nil {
+	if err := s.dropLocked(append(s.descendants(b), b)); err != nil {
 		return fmt.Errorf("abort %s: %w", name, err)
 	}
-	s.unlink(b)
+	return nil
+}
+
+// dropLocked removes the branches drop (whole subtrees: every descendant of
+// one is in it too) in one transaction, and frees their layers in the
+// background. The caller holds s.mu.
+func (s *Store) dropLocked(drop []*Branch) error {
+	names := make([]string, len(drop))
+	in := make(map[*Branch]bool, len(drop))
+	for i, d := range drop {
+		names[i] = d.Name
+		in[d] = true
+	}
+	if err := s.save(nil, names, nil); err != nil {
+		return err
+	}
+	for _, d := range drop {
+		if p := s.branches[d.Parent]; p != nil && !in[p] {
+			s.unlink(d)
+		}
+	}
 	var freed []*layer
 	for _, d := range drop {
 		d.gone = true

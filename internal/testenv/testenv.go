@@ -1,21 +1,60 @@
-// Package testenv says whether a test's requirements (root, FUSE) are met
-// here: a test that needs what is missing skips with the reason, or fails
-// when ARBOR_TEST_REQUIRE is set (CI sets it, so that nothing that should
-// run there is skipped silently).
+// Package testenv says whether a test's requirements (root, FUSE, a tool)
+// are met here: a test that needs what is missing skips with the reason,
+// or fails when ARBOR_TEST_REQUIRE names that capability, so that nothing
+// that should run in CI is skipped there silently.
+//
+// ARBOR_TEST_REQUIRE is "all" (every capability; scripts/test.sh sets it)
+// or a comma-separated list of capability names: root, fuse, tmpfs,
+// python3, fuse-overlayfs, overlayfs. Unset or empty, every missing
+// capability skips.
 package testenv
 
 import (
 	"os"
+	"os/exec"
+	"slices"
+	"strings"
 	"testing"
 )
 
-// Missing skips t with why, or fails it when ARBOR_TEST_REQUIRE is set.
-func Missing(t testing.TB, why string) {
+// The variable, and its capabilities.
+const (
+	Env = "ARBOR_TEST_REQUIRE"
+
+	Root          = "root"
+	FUSE          = "fuse"
+	Tmpfs         = "tmpfs"
+	Python        = "python3"
+	FuseOverlayfs = "fuse-overlayfs"
+	Overlayfs     = "overlayfs"
+)
+
+// Required reports whether ARBOR_TEST_REQUIRE names capability (or is
+// "all").
+func Required(capability string) bool {
+	for _, c := range strings.Split(os.Getenv(Env), ",") {
+		if c = strings.TrimSpace(c); c == "all" || c == capability {
+			return true
+		}
+	}
+	return false
+}
+
+// Missing skips t with why, or fails it when capability is required.
+func Missing(t testing.TB, capability, why string) {
 	t.Helper()
-	if os.Getenv("ARBOR_TEST_REQUIRE") != "" {
-		t.Fatalf("%s (ARBOR_TEST_REQUIRE is set)", why)
+	if Required(capability) {
+		t.Fatalf("%s (%s=%s requires %s)", why, Env, os.Getenv(Env), capability)
 	}
 	t.Skip(why)
+}
+
+// NeedRoot requires root.
+func NeedRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Missing(t, Root, "needs root: "+why)
+	}
 }
 
 // NeedFUSE requires root and /dev/fuse, for direct FUSE mounts with
@@ -24,10 +63,24 @@ func NeedFUSE(t testing.TB) {
 	t.Helper()
 	switch {
 	case os.Geteuid() != 0:
-		Missing(t, "needs root for a direct FUSE mount")
+		Missing(t, Root, "needs root for a direct FUSE mount")
 	default:
 		if _, err := os.Stat("/dev/fuse"); err != nil {
-			Missing(t, "needs /dev/fuse")
+			Missing(t, FUSE, "needs /dev/fuse: "+err.Error())
 		}
 	}
+}
+
+// NeedCommand requires a program on PATH; capability names it for
+// ARBOR_TEST_REQUIRE.
+func NeedCommand(t testing.TB, capability, program string) {
+	t.Helper()
+	if _, err := exec.LookPath(program); err != nil {
+		Missing(t, capability, program+" is not installed: "+err.Error())
+	}
+}
+
+// Names lists the capabilities ARBOR_TEST_REQUIRE may name.
+func Names() []string {
+	return slices.Clone([]string{Root, FUSE, Tmpfs, Python, FuseOverlayfs, Overlayfs})
 }
