@@ -494,7 +494,7 @@ func runBranchCreate(ctx context.Context, e *env) (int, int64, error) {
 	for range branchesPer {
 		e.sw.start()
 		b, err := br.Branch(ctx)
-		e.sw.stop()
+		e.stopFor(e.sys)
 		if err != nil {
 			return 0, 0, fmt.Errorf("branch: %w", err)
 		}
@@ -546,7 +546,7 @@ func runCommit(size func(Config) int64, opts CommitOptions) func(context.Context
 		}
 		e.sw.start()
 		err = b.Commit(ctx, opts)
-		e.sw.stop()
+		e.stopFor(e.sys)
 		if err != nil {
 			_ = b.Abort(ctx)
 			return 0, 0, fmt.Errorf("commit: %w", err)
@@ -566,7 +566,7 @@ func runAbort(size func(Config) int64) func(context.Context, *env) (int, int64, 
 		}
 		e.sw.start()
 		err = b.Abort(ctx)
-		e.sw.stop()
+		e.stopFor(e.sys)
 		if err != nil {
 			return 0, 0, fmt.Errorf("abort: %w", err)
 		}

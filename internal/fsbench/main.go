@@ -26,7 +26,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, extra []
 		size     = fset.String("size", "1G", "size of the big files (e.g. 64M, 1G)")
 		verbose  = fset.Bool("v", false, "log progress to stderr")
 		list     = fset.Bool("list", false, "list the cases and systems, and exit")
-		cpuProf  = fset.String("cpuprofile", "", "write a CPU profile of the whole run (the in-process Arbor servers included) to this file")
+		cpuProf  = fset.String("cpuprofile", "", "write a CPU profile of the run to this file, and each Arbor mount server's to FILE.SYSTEM")
 		caseList listFlag
 		sysList  listFlag
 	)
@@ -70,6 +70,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, extra []
 		cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	}
 	if *cpuProf != "" {
+		for _, s := range systems {
+			if p, ok := s.(interface{ SetCPUProfile(string) }); ok {
+				p.SetCPUProfile(*cpuProf + "." + s.Name())
+			}
+		}
 		stop, err := startCPUProfile(*cpuProf)
 		if err != nil {
 			fmt.Fprintf(stderr, "bench fs: --cpuprofile: %v\n", err)

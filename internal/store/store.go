@@ -2,6 +2,7 @@ package store
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -550,6 +551,12 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) error {
 	if p.Name == Main {
 		for real := range s.writers {
 			if rel, ok := relTo(s.base, real); ok {
+				var st unix.Stat_t
+				if err := unix.Lstat(real, &st); errors.Is(err, unix.ENOENT) {
+					// Removed while open (or its release has not come yet):
+					// its writes reach an inode nobody can see.
+					continue
+				}
 				_, had := s.get(snap, rel)
 				if err := s.preserve(rel, false); err != nil {
 					return fmt.Errorf("preserve %s: %w", rel, err)
