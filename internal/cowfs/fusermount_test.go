@@ -2,10 +2,12 @@ package cowfs
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/arbor-dev/arbor/api"
@@ -120,5 +122,13 @@ func TestNoDevFuse(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "PASS") {
 		t.Fatalf("child did not pass:\n%s", out)
+	}
+}
+
+// TestCtlErrnoUnavailable: the control file answers an unavailable error
+// with EOPNOTSUPP (the api error table's errno column), not EIO.
+func TestCtlErrnoUnavailable(t *testing.T) {
+	if got := ctlErrno(fmt.Errorf("mount: %w", api.Errorf(api.ErrUnavailable, "no /dev/fuse"))); got != syscall.EOPNOTSUPP {
+		t.Fatalf("ctlErrno(unavailable) = %v, want EOPNOTSUPP", got)
 	}
 }
