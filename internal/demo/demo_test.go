@@ -412,7 +412,7 @@ func TestCodingAgent(t *testing.T) {
 		t.Errorf("source after commit: outcome %+v\n%s", c.SourceOutcome, c.SourceInitPy)
 	}
 
-	// results/<unix-ts>/ holds forkd's files plus the commit's.
+	// results/<UTC time, e.g. 2026-12-01T18-05-12Z>/ holds forkd's files plus the commit's.
 	dir := sum.ResultsDir
 	if filepath.Dir(dir) != filepath.Join(work, "results") {
 		t.Errorf("results dir = %s", dir)
