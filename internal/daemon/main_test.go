@@ -17,10 +17,12 @@ import (
 const daemonHomeEnv = "ARBOR_TEST_DAEMON_HOME"
 
 // With daemonHomeEnv, daemonNoFileEnv sets the daemon's RLIMIT_NOFILE (soft
-// and hard) before it starts, and daemonIdleEnv its socket's idle timeout.
+// and hard) before it starts, daemonIdleEnv its socket's idle timeout and
+// daemonMaxConnsEnv its connection cap.
 const (
-	daemonNoFileEnv = "ARBOR_TEST_DAEMON_NOFILE"
-	daemonIdleEnv   = "ARBOR_TEST_DAEMON_IDLE"
+	daemonNoFileEnv   = "ARBOR_TEST_DAEMON_NOFILE"
+	daemonIdleEnv     = "ARBOR_TEST_DAEMON_IDLE"
+	daemonMaxConnsEnv = "ARBOR_TEST_DAEMON_MAXCONNS"
 )
 
 func TestMain(m *testing.M) {
@@ -43,6 +45,14 @@ func TestMain(m *testing.M) {
 				os.Exit(1)
 			}
 			cfg.IdleTimeout = d
+		}
+		if v := os.Getenv(daemonMaxConnsEnv); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "arbord:", err)
+				os.Exit(1)
+			}
+			cfg.MaxConns = n
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 		err := Run(ctx, cfg)
