@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -104,10 +103,26 @@ func (cn *conn) alive() bool {
 	if cn.br.Buffered() > 0 {
 		return false
 	}
-	cn.nc.SetReadDeadline(time.Now())
-	_, err := cn.br.Peek(1)
-	cn.nc.SetReadDeadline(time.Time{})
-	return errors.Is(err, os.ErrDeadlineExceeded)
+	sc, ok := cn.nc.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	// One non-blocking peek (a read deadline would not do: an expired one
+	// fails the read before it is tried).
+	var perr error
+	var b [1]byte
+	if err := rc.Read(func(fd uintptr) bool {
+		_, _, perr = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true
+	}); err != nil {
+		return false
+	}
+	// Data (an unasked-for line) or the end of the stream: not reusable.
+	return errors.Is(perr, syscall.EAGAIN)
 }
 
 func (c *Client) put(cn *conn) {

@@ -133,7 +133,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	cs := newConns(s.lim)
-	wg.Go(func() { cs.scavenge(ctx) })
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel() // before wg.Wait: the scavenger ends with the accept loop
+	wg.Go(func() { cs.scavenge(sctx) })
 	sp := newSpare()
 	defer sp.free()
 	backoff := time.Duration(0)
