@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/metrics"
 )
 
 // DefaultIdleTimeout is how long a connection with no request in flight
@@ -93,22 +94,23 @@ func newConns(lim Limits) *conns {
 }
 
 // admit takes a slot for a connection of uid (known false: a peer without
-// credentials, counted in the total only), or says why it cannot.
-func (c *conns) admit(uid uint32, known bool) error {
+// credentials, counted in the total only), or says why it cannot (and which
+// limit, a metrics.Limit* reason).
+func (c *conns) admit(uid uint32, known bool) (reason string, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.total >= c.lim.MaxConns {
-		return api.Errorf(api.ErrLimit, "arbord: too many connections (%d open, the limit is %d); close idle ones or retry later", c.total, c.lim.MaxConns)
+		return metrics.LimitConns, api.Errorf(api.ErrLimit, "arbord: too many connections (%d open, the limit is %d); close idle ones or retry later", c.total, c.lim.MaxConns)
 	}
 	if known && c.byUID[uid] >= c.lim.MaxConnsPerUID {
-		return api.Errorf(api.ErrLimit, "arbord: too many connections from uid %d (%d open, the limit per uid is %d); close idle ones or retry later", uid, c.byUID[uid], c.lim.MaxConnsPerUID)
+		return metrics.LimitPerUID, api.Errorf(api.ErrLimit, "arbord: too many connections from uid %d (%d open, the limit per uid is %d); close idle ones or retry later", uid, c.byUID[uid], c.lim.MaxConnsPerUID)
 	}
 	c.total++
 	if known {
 		c.byUID[uid]++
 	}
 	c.peak = max(c.peak, c.total)
-	return nil
+	return "", nil
 }
 
 // release gives back a slot admit took. When a flood has subsided (the

@@ -17,6 +17,7 @@ import (
 	"github.com/arbor-dev/arbor/client"
 	"github.com/arbor-dev/arbor/internal/facetest"
 	"github.com/arbor-dev/arbor/internal/lineapi"
+	"github.com/arbor-dev/arbor/internal/metrics"
 )
 
 func TestDefaultLimits(t *testing.T) {
@@ -84,7 +85,11 @@ func ping(t *testing.T, c net.Conn) (api.Response, error) {
 // closed; a closed connection frees its slot; the per-uid cap counts one
 // uid's connections.
 func TestConnCap(t *testing.T) {
-	path := serve(t, facetest.NewFake(), lineapi.Config{MaxConns: 3})
+	m, err := metrics.New(metrics.Config{NoRuntime: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := serve(t, facetest.NewFake(), lineapi.Config{MaxConns: 3, Metrics: m})
 	var held []net.Conn
 	for range 3 {
 		c := dial(t, path)
@@ -95,6 +100,12 @@ func TestConnCap(t *testing.T) {
 	}
 	over := dial(t, path)
 	r, err := readReply(t, over, 5*time.Second)
+	rec := scrape(t, m)
+	for _, s := range []string{`arbor_line_connections 3`, `arbor_line_connections_limited_total{reason="max_conns"} 1`} {
+		if !strings.Contains(rec, s) {
+			t.Errorf("metrics lack %q", s)
+		}
+	}
 	if err != nil || r.Status != api.StatusError || r.Code != api.CodeLimit || !strings.Contains(r.Message, "too many connections (3 open, the limit is 3)") {
 		t.Fatalf("a connection past the cap: %+v, %v", r, err)
 	}

@@ -168,15 +168,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		backoff = 0
 		uid, known := connUID(c)
-		if err := cs.admit(uid, known); err != nil {
+		if reason, err := cs.admit(uid, known); err != nil {
 			refuse(c, err)
+			s.cfg.Metrics.Limited(reason)
 			if refused++; time.Since(lastLog) >= time.Second {
 				s.log.Warn("lineapi: refusing connections", "refused", refused, "last", err)
 				refused, lastLog = 0, time.Now()
 			}
 			continue
 		}
+		s.cfg.Metrics.Conns(1)
 		wg.Go(func() {
+			defer s.cfg.Metrics.Conns(-1)
 			defer cs.release(uid, known)
 			s.serveConn(ctx, c)
 		})
@@ -197,6 +200,7 @@ func (s *Server) drainOne(ln net.Listener, sp *spare) {
 	defer dl.SetDeadline(time.Time{})
 	if c, err := ln.Accept(); err == nil {
 		refuse(c, api.Errorf(api.ErrLimit, "arbord: out of file descriptors; retry later"))
+		s.cfg.Metrics.Limited(metrics.LimitFDs)
 	}
 }
 
@@ -296,6 +300,7 @@ func (c *conn) serve(ctx context.Context) {
 			// Whatever part of a line came is not served: say why.
 			c.write(errorResponse(api.Errorf(api.ErrLimit, "arbord: closing the connection after %v with no request (the idle timeout); reconnect to go on", c.idle)))
 			c.flush()
+			c.s.cfg.Metrics.Limited(metrics.LimitIdle)
 			return
 		}
 		if errors.Is(err, errLineTooLong) {
