@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
 )
 
@@ -19,8 +21,14 @@ func SocketPath(home string) string { return filepath.Join(home, "arbord.sock") 
 func (e *env) connect() (*client.Client, error) {
 	sock := SocketPath(e.home)
 	cl := client.New(sock)
-	if _, err := cl.Ping(e.ctx); err == nil {
+	_, err := cl.Ping(e.ctx)
+	if err == nil {
 		return cl, nil
+	}
+	if ae := (*api.Error)(nil); errors.As(err, &ae) {
+		// A daemon answered, with a refusal (a connection limit): say so,
+		// do not start another.
+		return nil, err
 	}
 	if err := e.startDaemon(); err != nil {
 		return nil, err

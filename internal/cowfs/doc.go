@@ -4,7 +4,11 @@
 // each of those roots takes BranchFS's control writes (create:NAME,
 // switch:NAME, commit, abort) and ioctls (CREATE 0x80806200 filling a
 // 128-byte buffer with the new name, COMMIT 0x6201, ABORT 0x6202; a lost
-// first-commit-wins race is ESTALE).
+// first-commit-wins race is ESTALE, a commit of a branch with children is
+// EBUSY: commit is leaf-only). A root (the mount's or an /@NAME view's)
+// that shows a stale branch still answers getattr, its control file and
+// its @NAME views, so the branch can be aborted or switched away from; its
+// files answer ESTALE.
 //
 // Every operation resolves its node's path through the store, so a node
 // costs nothing but its path; a first write copies the file up into the

@@ -322,9 +322,11 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		if h := n.anyHandle(); h != nil && e == syscall.ENOENT {
 			return h.Getattr(ctx, out)
 		}
-		if e == syscall.ESTALE && n.at && &n.Inode == n.root {
-			// A stale branch's view root stays reachable, so that its
-			// control file can abort it: it shows as the base directory.
+		if e == syscall.ESTALE && &n.Inode == n.root {
+			// A stale branch's view root, or the mount's root showing a
+			// stale branch, stays reachable, so that its control file can
+			// abort it (or switch away) and the @name views still answer:
+			// it shows as the base directory. Its files answer ESTALE.
 			if err := unix.Lstat(n.fs.st.Base(), &st); err != nil {
 				return errno(err)
 			}

@@ -310,7 +310,7 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 // isAPI reports whether err wraps an api sentinel.
 func isAPI(err error) bool {
 	for _, s := range []error{api.ErrBadRequest, api.ErrNotFound, api.ErrExists, api.ErrStale, api.ErrBudget,
-		api.ErrProtected, api.ErrState, api.ErrBusy, api.ErrNoSpace, api.ErrAuth, api.ErrInternal} {
+		api.ErrProtected, api.ErrState, api.ErrBusy, api.ErrNoSpace, api.ErrLimit, api.ErrAuth, api.ErrInternal} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -347,6 +347,8 @@ func Status(code string) int {
 		return http.StatusConflict
 	case api.CodeNoSpace:
 		return http.StatusInsufficientStorage
+	case api.CodeLimit:
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }

@@ -37,7 +37,10 @@
 // journal in bbolt (written, and fsynced when durable, before the first
 // change; replayed at Open), in time proportional to the change. After a
 // commit every other branch under the parent is stale: its operations fail
-// with ESTALE until it is aborted.
+// with ESTALE until it is aborted. Commit is leaf-only (as in BranchFS and in
+// the engine's trees): a branch with children, live or stale, is refused
+// with api.ErrState and EBUSY naming them, so no descendant's changes are
+// ever dropped or orphaned by its parent's commit.
 //
 // Abort drops the branch and its subtree from the metadata at once; layers no
 // branch references are removed in the background and at Open.
