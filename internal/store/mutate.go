@@ -70,6 +70,11 @@ func (s *Store) preserve(rel string, subtree bool) error {
 		if err := s.ensureParentIn(o, rel); err != nil {
 			return err
 		}
+		if exists && first == "" && !(st.Mode&unix.S_IFMT == unix.S_IFDIR && subtree) {
+			if err := s.fits(copyCost(&st)); err != nil {
+				return err
+			}
+		}
 		dst := o.real(rel)
 		switch {
 		case !exists:
@@ -120,6 +125,9 @@ func (s *Store) preserve(rel string, subtree bool) error {
 func (s *Store) preserveTree(o *layer, rel string, st *unix.Stat_t) error {
 	real, dst := s.base+"/"+rel, o.real(rel)
 	if _, ok := s.get(o, rel); !ok {
+		if err := s.fits(dirBlock); err != nil {
+			return err
+		}
 		if err := copyNode(real, dst, st); err != nil {
 			return err
 		}
@@ -151,6 +159,9 @@ func (s *Store) preserveTree(o *layer, rel string, st *unix.Stat_t) error {
 			}
 			s.put(o, c, kDir, true, 0)
 		default:
+			if err := s.fits(copyCost(&cst)); err != nil {
+				return err
+			}
 			if err := copyNode(real+"/"+d.name, o.real(c), &cst); err != nil {
 				return err
 			}
@@ -176,7 +187,7 @@ func touch(p string) error {
 // ensureParentIn makes rel's parent directories in layer l, with the
 // metadata of the base's directories (used for snapshots of main).
 func (s *Store) ensureParentIn(l *layer, rel string) error {
-	if err := l.ensureDir(); err != nil {
+	if err := s.ensureDir(l); err != nil {
 		return err
 	}
 	dir, _ := splitRel(rel)
@@ -194,6 +205,9 @@ func (s *Store) ensureParentIn(l *layer, rel string) error {
 		p := missing[i]
 		var st unix.Stat_t
 		if err := unix.Lstat(s.base+"/"+p, &st); err != nil {
+			return err
+		}
+		if err := s.fits(dirBlock); err != nil {
 			return err
 		}
 		if err := copyNode(s.base+"/"+p, l.real(p), &st); err != nil {
@@ -254,6 +268,9 @@ func (s *Store) copyUp(b *Branch, rel string) (string, error) {
 	if b.Quota > 0 && st.Mode&unix.S_IFMT == unix.S_IFREG && s.usage(b)+st.Size > b.Quota {
 		return "", syscall.ENOSPC
 	}
+	if err := s.fits(copyCost(&st)); err != nil {
+		return "", err
+	}
 	dst := h.real(rel)
 	k, ino := kFile, res.Ino
 	if ino == 0 {
@@ -293,6 +310,15 @@ func (s *Store) copyUp(b *Branch, rel string) (string, error) {
 	return dst, nil
 }
 
+// copyCost is what a copy of the object st describes allocates: a
+// directory is made empty, a file keeps its holes (copyNode).
+func copyCost(st *unix.Stat_t) int64 {
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return dirBlock
+	}
+	return st.Blocks * 512
+}
+
 // CopyUp makes rel writable in b (see copyUp).
 func (s *Store) CopyUp(b *Branch, rel string) (string, error) {
 	s.mu.Lock()
@@ -302,7 +328,7 @@ func (s *Store) CopyUp(b *Branch, rel string) (string, error) {
 
 // ensureParent copies rel's parent directories up into b's head.
 func (s *Store) ensureParent(b *Branch, rel string) error {
-	if err := b.head().ensureDir(); err != nil {
+	if err := s.ensureDir(b.head()); err != nil {
 		return err
 	}
 	dir, _ := splitRel(rel)
@@ -380,6 +406,13 @@ func (s *Store) create(b *Branch, rel string, dir bool, mk func(real string) err
 		return mk(s.base + "/" + rel)
 	}
 	if err := s.ensureParent(b, rel); err != nil {
+		return err
+	}
+	cost := int64(0)
+	if dir {
+		cost = dirBlock
+	}
+	if err := s.fits(cost); err != nil {
 		return err
 	}
 	h := b.head()

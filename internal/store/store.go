@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/arbor-dev/arbor/api"
 	bolt "go.etcd.io/bbolt"
@@ -27,6 +28,9 @@ type Config struct {
 	Dir    string
 	Base   string
 	Logger *slog.Logger
+	// SampleEvery is how often the files open for writing are measured
+	// (see disk.go); 0 means DefaultSampleEvery.
+	SampleEvery time.Duration
 }
 
 // Store is the branches of one base directory.
@@ -44,11 +48,18 @@ type Store struct {
 	nlinks   int                // link copies in all layers (0: resolve skips the look-up)
 	nextID   uint64
 	markGen  uint64 // the stamp of reclaimLocked's last marking (layer.mark)
+	used     int64  // bytes every layer holds on disk (see disk.go)
+	reserved int64  // bytes reserved by writes in flight (Reserve)
+	limit    int64  // the most used may reach (0: none)
 
 	dlMu     sync.Mutex       // guards dirLinks; taken with mu held
 	dirLinks map[dlKey]uint32 // link counts of merged directories (see DirLinks)
 
 	gc sync.WaitGroup // background reclaim of dropped layers
+
+	stopSampler chan struct{} // closed by Close
+	sampling    sync.WaitGroup
+	closeOnce   sync.Once
 
 	watch watchers // see Watch
 }
@@ -144,13 +155,26 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.reclaim()
+	every := cfg.SampleEvery
+	if every <= 0 {
+		every = DefaultSampleEvery
+	}
+	s.stopSampler = make(chan struct{})
+	s.sampling.Go(func() { s.sampler(every, s.stopSampler) })
 	return s, nil
 }
 
-// Close waits for background reclaim and closes the metadata.
+// Close stops the sampler, waits for background reclaim and closes the
+// metadata.
 func (s *Store) Close() error {
-	s.gc.Wait()
-	return s.db.Close()
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.stopSampler)
+		s.sampling.Wait()
+		s.gc.Wait()
+		err = s.db.Close()
+	})
+	return err
 }
 
 // Base is the base directory.
