@@ -38,8 +38,8 @@ type layer struct {
 	alloc map[string]int64
 	held  int64
 	made  bool   // its directory exists
-	mark  uint64              // reclaimLocked's stamp: in use at its last marking
-	refs  int                 // live branches holding it (see hold)
+	mark  uint64 // reclaimLocked's stamp: in use at its last marking
+	refs  int    // live branches holding it (see hold)
 	// kept records the files moved or copied here at a fork because a
 	// writer held them open, with their signature then (see keepWriters).
 	kept map[string]fileSig
