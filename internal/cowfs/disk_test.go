@@ -67,6 +67,9 @@ func TestDiskLimitWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := filepath.Join(mnt, "f")
+	if err := os.Chmod(p, 0o644); err != nil { // b's copy of f: the file both descriptors open
+		t.Fatal(err)
+	}
 	r, err := os.Open(p) // a reader first: passthrough as root
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +100,7 @@ func TestDiskLimitWrites(t *testing.T) {
 	}
 	// Metadata that needs room fails too once it is gone; a truncation
 	// that frees gives room back.
-	if _, err := w.WriteAt(bytes.Repeat([]byte("d"), 32<<10), int64(len(want))); !errors.Is(err, unix.ENOSPC) {
+	if _, err := w.WriteAt(bytes.Repeat([]byte("d"), 48<<10), int64(len(want))); !errors.Is(err, unix.ENOSPC) {
 		t.Fatalf("a second write past the limit: %v", err)
 	}
 	if err := w.Truncate(4096); err != nil {
