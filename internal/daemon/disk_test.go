@@ -1,12 +1,16 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"io/fs"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -171,4 +175,77 @@ func TestDiskBudget(t *testing.T) {
 		t.Fatalf("after the abort the tree holds %d bytes", r.Usage.DiskBytes)
 	}
 	must(api.Request{Op: api.OpTreeFork, TreeID: "disk", SourceID: "n1", Label: "after"})
+}
+
+// metricValue reads one sample of /metrics.
+func metricValue(t *testing.T, addr, sample string) (float64, bool) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", "http://"+addr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), sample+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// TestDiskMetrics: a writer with room under the budget writes by
+// passthrough, unseen by the daemon, and tree_nodes and /metrics still show
+// its bytes within a second, while it holds the file open.
+func TestDiskMetrics(t *testing.T) {
+	testenv.NeedFUSE(t)
+	dir := tempDir(t)
+	home, base := filepath.Join(dir, "home"), filepath.Join(dir, "base")
+	writeFile(t, filepath.Join(base, "a.txt"), "a")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	startDaemon(t, Config{Home: home, HTTPAddr: addr, Token: testToken})
+	cl := client.New(filepath.Join(home, "arbord.sock"))
+	defer cl.Close()
+	ctx := t.Context()
+	if _, err := cl.Do(ctx, api.Request{Op: api.OpTreeCreate, Base: base, TreeID: "m", Budget: &api.Budget{MaxDiskBytes: 1 << 30}}); err != nil {
+		t.Fatal(err)
+	}
+	child, err := cl.Do(ctx, api.Request{Op: api.OpTreeFork, TreeID: "m", SourceID: "n1", Label: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.Create(filepath.Join(child.Path, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Write(make([]byte, 4<<20)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		r, err := cl.Do(ctx, api.Request{Op: api.OpTreeNodes, TreeID: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, ok := metricValue(t, addr, `arbor_tree_usage_bytes{kind="disk",tree="m"}`)
+		if r.Usage.DiskBytes >= 4<<20 && ok && m >= 4<<20 {
+			break
+		}
+		if time.Since(start) > 1500*time.Millisecond {
+			t.Fatalf("%v after a 4 MiB write: tree_nodes disk %d, /metrics %v (%v)", time.Since(start), r.Usage.DiskBytes, m, ok)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if b, ok := metricValue(t, addr, `arbor_tree_budget_bytes{kind="disk",tree="m"}`); !ok || b != 1<<30 {
+		t.Fatalf("/metrics disk budget %v (%v)", b, ok)
+	}
 }
