@@ -230,6 +230,7 @@ func (e *Engine) open(ctx context.Context, req api.Request) (api.Response, error
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	e.measure(ts)
 	r := e.nodesResponse(ts, "tree_opened")
 	return r, nil
 }
@@ -430,7 +431,9 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 	}
 	start := time.Now()
 	now := e.cfg.Now()
-	// The disk budget is checked against what the tree holds now.
+	// The disk budget is checked against what the tree holds now (the new
+	// nodes' reserve stays in their figures until the next measurement,
+	// which every reply that shows usage makes first).
 	e.measure(ts)
 	cost := tree.Cost{DiskBytes: NodeDiskReserve}
 	var p *tree.Plan
@@ -456,7 +459,6 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 		}
 		return api.Response{}, err
 	}
-	e.measure(ts) // the new nodes hold nothing yet: their reserve was a plan's
 	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted}
 	for i, id := range p.Created {
 		r.Forks = append(r.Forks, api.Fork{NodeID: id, Label: labels[i], Path: e.path(ts, id), LatencyNS: max(ready.Nanoseconds(), 1)})

@@ -66,9 +66,10 @@ func allocOf(d fs.DirEntry) int64 {
 }
 
 // measure is what rel allocates in layer l (a whiteout or an opaque marker
-// is an empty file: nothing).
+// is an empty file: nothing; the layer's own directory, rel "", is counted
+// by accountRoot).
 func (s *Store) measure(l *layer, rel string, k kind) int64 {
-	if k == kWhiteout {
+	if k == kWhiteout || rel == "" {
 		return 0
 	}
 	var st unix.Stat_t

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -121,12 +122,19 @@ func (s *Store) indexLayer(l *layer) error {
 			s.putAlloc(l, rel, kDir, err == nil, 0, allocOf(d))
 		default:
 			ino := readIno(p)
-			s.putAlloc(l, rel, kFile, false, ino, allocOf(d))
+			fi, err := d.Info()
+			var alloc int64
+			if err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					alloc = st.Blocks * 512
+				}
+				if fi.Mode().IsRegular() {
+					l.bytes += fi.Size()
+				}
+			}
+			s.putAlloc(l, rel, kFile, false, ino, alloc)
 			if nl := readXattrUint(p, nlinkXattr); nl > 1 && ino != 0 {
 				s.addLink(l, ino, rel, uint32(nl))
-			}
-			if fi, err := d.Info(); err == nil && fi.Mode().IsRegular() {
-				l.bytes += fi.Size()
 			}
 		}
 		return nil
