@@ -23,7 +23,7 @@ func BenchmarkWrite4k(b *testing.B) {
 	}{
 		{"no-limit", func(int64) int64 { return 0 }},
 		{"limit-room", func(int64) int64 { return 32 << 30 }},
-		{"limit-near", func(used int64) int64 { return used + store.PassthroughRoom(0) * 3 / 4 }},
+		{"limit-near", func(used int64) int64 { return used + store.PassthroughRoom(0)*3/4 }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			f, mnt := benchMount(b, 0)

@@ -52,8 +52,9 @@
 // is enforced. Why this design: a limit the kernel enforces (a project quota
 // per store on XFS or ext4 with prjquota, or a filesystem of the budget's
 // size under the layers) would also stop passthrough writers exactly, but
-// needs a filesystem feature the host may not have (this one has none), a
-// privileged daemon, and, for a loop filesystem, gives up renames between
+// needs a filesystem feature the host may not have (the build machine's ext4
+// is mounted without quotas, and its kernel has no XFS quota), a privileged
+// daemon, and, for a loop filesystem, gives up renames between
 // the layers and the base (a commit into main would copy). Counting blocks
 // in the daemon works on any filesystem and costs the hot path nothing: a
 // passthrough writer is never slowed, and the daemon serves writers itself
