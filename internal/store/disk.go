@@ -97,12 +97,27 @@ func (s *Store) setAlloc(l *layer, rel string, n int64) {
 	s.used += n - old
 }
 
-// accountRoot counts layer l's own directory.
+// accountRoot counts (again) layer l's own directory.
 func (s *Store) accountRoot(l *layer) {
 	var st unix.Stat_t
-	if unix.Lstat(l.dir, &st) == nil {
-		l.held += st.Blocks * 512
-		s.used += st.Blocks * 512
+	if unix.Lstat(l.dir, &st) != nil {
+		return
+	}
+	n := st.Blocks * 512
+	l.held += n - l.rootAlloc
+	s.used += n - l.rootAlloc
+	l.rootAlloc = n
+}
+
+// remeasureDir counts directory dir of layer l again after an entry was
+// made in it: a directory grows by a block every so many names.
+func (s *Store) remeasureDir(l *layer, dir string) {
+	if dir == "" {
+		s.accountRoot(l)
+		return
+	}
+	if e, ok := s.get(l, dir); ok && e.kind == kDir {
+		s.setAlloc(l, dir, s.measure(l, dir, kDir))
 	}
 }
 

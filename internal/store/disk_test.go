@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -285,4 +286,24 @@ func TestAllocGrowth(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDiskDirGrowth: a directory that grows with the names made in it is
+// counted as it grows, not only at the next Open.
+func TestDiskDirGrowth(t *testing.T) {
+	files := map[string]string{}
+	for i := range 300 {
+		files[filepath.Join("d", strings.Repeat("n", 40)+strconv.Itoa(i))] = "x"
+	}
+	f := newFixture(t, files)
+	f.fork(Main, "c")
+	c := f.br("c")
+	for i := range 300 {
+		name := strings.Repeat("m", 40) + strconv.Itoa(i)
+		if err := f.s.Create(c, name, false, func(real string) error { return touch(real) }); err != nil {
+			t.Fatal(err)
+		}
+		f.rm(c, filepath.Join("d", strings.Repeat("n", 40)+strconv.Itoa(i))) // a whiteout in d each
+	}
+	checkUsed(t, f.s, "after 300 names in the layer's root and 300 whiteouts in d")
 }

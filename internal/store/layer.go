@@ -36,11 +36,12 @@ type layer struct {
 	// alloc is the allocated size (st_blocks) of each file and directory it
 	// holds, as last measured, and held their sum plus its own directory's:
 	// what it costs on disk, for the store's limit (see disk.go).
-	alloc map[string]int64
-	held  int64
-	made  bool   // its directory exists
-	mark  uint64 // reclaimLocked's stamp: in use at its last marking
-	refs  int    // live branches holding it (see hold)
+	alloc     map[string]int64
+	held      int64
+	rootAlloc int64  // its own directory's share of held
+	made      bool   // its directory exists
+	mark      uint64 // reclaimLocked's stamp: in use at its last marking
+	refs      int    // live branches holding it (see hold)
 	// kept records the files moved or copied here at a fork because a
 	// writer held them open, with their signature then (see keepWriters).
 	kept map[string]fileSig
@@ -243,7 +244,7 @@ func (s *Store) unindexLayer(l *layer) {
 		s.drop(l, p)
 	}
 	s.used -= l.held // its own directory's blocks: all that is left
-	l.held = 0
+	l.held, l.rootAlloc = 0, 0
 }
 
 // ensureDir makes layer l's directory at its first write, if the store's

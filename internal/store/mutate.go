@@ -224,6 +224,8 @@ func (s *Store) whiteout(l *layer, rel string) error {
 		return err
 	}
 	s.put(l, rel, kWhiteout, false, 0)
+	dir, _ := splitRel(rel)
+	s.remeasureDir(l, dir)
 	return nil
 }
 
@@ -440,6 +442,7 @@ func (s *Store) create(b *Branch, rel string, dir bool, mk func(real string) err
 		k = kDir
 	}
 	s.put(h, rel, k, opaque, 0)
+	s.remeasureDir(h, parent)
 	return nil
 }
 
