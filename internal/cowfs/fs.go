@@ -228,7 +228,10 @@ func (f *FS) openFlags(h *handle) uint32 {
 // it, its writes are served here and refused with ENOSPC before they pass
 // the limit. Such a descriptor is served with FOPEN_DIRECT_IO: the kernel
 // does not let one inode mix passthrough descriptors with page-cached ones
-// (an open of the other kind fails with ETXTBSY), and direct I/O is neither.
+// (an open of the other kind fails with ETXTBSY), and direct I/O is neither;
+// but a shared mapping of a direct descriptor puts the inode in cached mode,
+// so while a direct descriptor is open every new one is direct too
+// (node.addHandle).
 func (f *FS) newHandle(fd int, n *node, b *store.Branch, real string, write bool) *handle {
 	h := &handle{fd: fd, n: n, br: b, real: real, write: write}
 	quota := f.st.QuotaOf(b) > 0
@@ -240,7 +243,8 @@ func (f *FS) newHandle(fd int, n *node, b *store.Branch, real string, write bool
 	default:
 		h.direct = true
 	}
-	h.metered = write && !h.passthrough && f.st.Metered(b)
+	h.meter = write && f.st.Metered(b)
+	h.metered = h.meter && !h.passthrough
 	return h
 }
 

@@ -27,6 +27,7 @@ type handle struct {
 	// share its kernel inode with passthrough descriptors (see openHandle).
 	metered bool
 	direct  bool
+	meter   bool // metered if it is not passthrough
 }
 
 var (

@@ -38,6 +38,16 @@ type node struct {
 
 func (n *node) addHandle(h *handle) {
 	n.mu.Lock()
+	if h.passthrough {
+		for o := range n.handles {
+			if o.direct {
+				// The kernel inode may be in cached mode (a shared mapping
+				// of o): a passthrough open of it would fail with EIO.
+				h.passthrough, h.direct, h.metered = false, true, h.meter
+				break
+			}
+		}
+	}
 	if n.handles == nil {
 		n.handles = map[*handle]struct{}{}
 	}
