@@ -309,6 +309,12 @@ func (s *Store) sample() {
 			s.record(p, allocs[i])
 		}
 	}
+	over := s.limit > 0 && s.used > s.limit
+	if over && !s.overLimit {
+		s.log.Warn("disk limit passed by writers served by passthrough; nothing more fits until space is freed",
+			"dir", s.dir, "used", s.used, "limit", s.limit)
+	}
+	s.overLimit = over
 }
 
 // sampler runs sample every period until stop is closed.

@@ -40,17 +40,18 @@ type Store struct {
 	log       *slog.Logger
 	db        *bolt.DB
 
-	mu       sync.RWMutex // guards everything below, the index and every layer directory
-	branches map[string]*Branch
-	layers   map[uint64]*layer
-	index    map[string][]entry // relative path -> the layers that hold it
-	writers  map[string]int     // real path -> descriptors open for writing on it
-	nlinks   int                // link copies in all layers (0: resolve skips the look-up)
-	nextID   uint64
-	markGen  uint64 // the stamp of reclaimLocked's last marking (layer.mark)
-	used     int64  // bytes every layer holds on disk (see disk.go)
-	reserved int64  // bytes reserved by writes in flight (Reserve)
-	limit    int64  // the most used may reach (0: none)
+	mu        sync.RWMutex // guards everything below, the index and every layer directory
+	branches  map[string]*Branch
+	layers    map[uint64]*layer
+	index     map[string][]entry // relative path -> the layers that hold it
+	writers   map[string]int     // real path -> descriptors open for writing on it
+	nlinks    int                // link copies in all layers (0: resolve skips the look-up)
+	nextID    uint64
+	markGen   uint64 // the stamp of reclaimLocked's last marking (layer.mark)
+	used      int64  // bytes every layer holds on disk (see disk.go)
+	reserved  int64  // bytes reserved by writes in flight (Reserve)
+	limit     int64  // the most used may reach (0: none)
+	overLimit bool   // used > limit at the last sample (logged once per passing)
 
 	dlMu     sync.Mutex       // guards dirLinks; taken with mu held
 	dirLinks map[dlKey]uint32 // link counts of merged directories (see DirLinks)
