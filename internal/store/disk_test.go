@@ -307,3 +307,53 @@ func TestDiskDirGrowth(t *testing.T) {
 	}
 	checkUsed(t, f.s, "after 300 names in the layer's root and 300 whiteouts in d")
 }
+
+// TestDiskTruncOpen: an open with O_TRUNC of a lower file copies up none of
+// its data, so it works in a tree with no room for the data, and keeps the
+// file's metadata.
+func TestDiskTruncOpen(t *testing.T) {
+	f := newFixture(t, map[string]string{"big": strings.Repeat("b", 256<<10)})
+	if err := os.Chmod(filepath.Join(f.base, "big"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(filepath.Join(f.base, "big"), "user.k", []byte("v"), 0); err != nil {
+		t.Skipf("user xattrs: %v", err)
+	}
+	old := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(filepath.Join(f.base, "big"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	f.fork(Main, "c")
+	c := f.br("c")
+	if err := f.s.SetLimit(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.s.OpenFile(c, "big", unix.O_WRONLY, 0, false); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("open for writing of 256 KiB under a limit of 64 KiB: %v, want ENOSPC", err)
+	}
+	fd, res, err := f.s.OpenFile(c, "big", unix.O_WRONLY|unix.O_TRUNC, 0, false)
+	if err != nil {
+		t.Fatalf("open with O_TRUNC: %v", err)
+	}
+	var st unix.Stat_t
+	unix.Fstat(fd, &st)
+	if mt := time.Unix(st.Mtim.Unix()); !mt.After(old.Add(time.Hour)) {
+		t.Errorf("mtime %v after an open with O_TRUNC, as old as the lower file's", mt)
+	}
+	unix.Write(fd, []byte("new"))
+	unix.Close(fd)
+	f.s.CloseWrite(res.Real)
+	if got := readIn(f.s, c, "big"); got != "new" {
+		t.Fatalf("big = %q after O_TRUNC and a write", got)
+	}
+	if m := f.mode(c, "big"); m.Perm() != 0o640 {
+		t.Fatalf("mode %v after the copy-up, want 0640", m)
+	}
+	if v, err := unix.Getxattr(res.Real, "user.k", make([]byte, 8)); err != nil || v != 1 {
+		t.Fatalf("xattr after the copy-up: %d, %v", v, err)
+	}
+	if got := readIn(f.s, f.br(Main), "big"); len(got) != 256<<10 {
+		t.Fatalf("main's big changed: %d bytes", len(got))
+	}
+	checkUsed(t, f.s, "after the truncating copy-up")
+}

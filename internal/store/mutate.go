@@ -240,6 +240,13 @@ func writableBranch(b *Branch) error {
 // copyUp makes rel present in b's head and returns its real path there. For
 // main it preserves rel for the snapshots and returns the base path.
 func (s *Store) copyUp(b *Branch, rel string) (string, error) {
+	return s.copyUpFor(b, rel, false)
+}
+
+// copyUpFor is copyUp; with trunc (an open with O_TRUNC) a regular file
+// with one name is copied up without its data, which the open discards: it
+// costs no disk and no time in its size.
+func (s *Store) copyUpFor(b *Branch, rel string, trunc bool) (string, error) {
 	if err := writableBranch(b); err != nil {
 		return "", err
 	}
@@ -267,11 +274,14 @@ func (s *Store) copyUp(b *Branch, rel string) (string, error) {
 	if err := unix.Lstat(res.Real, &st); err != nil {
 		return "", err
 	}
-	if b.Quota > 0 && st.Mode&unix.S_IFMT == unix.S_IFREG && s.usage(b)+st.Size > b.Quota {
+	empty := trunc && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1
+	if !empty && b.Quota > 0 && st.Mode&unix.S_IFMT == unix.S_IFREG && s.usage(b)+st.Size > b.Quota {
 		return "", syscall.ENOSPC
 	}
-	if err := s.fits(copyCost(&st)); err != nil {
-		return "", err
+	if !empty {
+		if err := s.fits(copyCost(&st)); err != nil {
+			return "", err
+		}
 	}
 	dst := h.real(rel)
 	k, ino := kFile, res.Ino
@@ -297,14 +307,18 @@ func (s *Store) copyUp(b *Branch, rel string) (string, error) {
 		s.put(h, rel, kFile, false, ino)
 		return dst, nil
 	}
-	if err := copyNode(res.Real, dst, &st); err != nil {
+	copy := copyNode
+	if empty {
+		copy = copyEmpty
+	}
+	if err := copy(res.Real, dst, &st); err != nil {
 		return "", err
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		k, ino = kDir, 0
 	} else {
 		setIno(dst, ino)
-		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && !empty {
 			h.bytes += st.Size
 		}
 	}
@@ -585,7 +599,7 @@ func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create b
 		if res, err = s.resolve(b, rel, len(b.chain)); err != nil {
 			return -1, Res{}, err
 		}
-		if res.Real, err = s.copyUp(b, rel); err != nil {
+		if res.Real, err = s.copyUpFor(b, rel, flags&unix.O_TRUNC != 0); err != nil {
 			return -1, Res{}, err
 		}
 		res.Lower, res.Depth = false, len(b.chain)
