@@ -29,9 +29,10 @@ import (
 //
 // The limit (SetLimit; a tree's disk budget) is enforced where the daemon
 // sees the bytes coming: a copy-up, a create or a preserve that would pass
-// it fails with ENOSPC before it changes anything, and so does a write,
-// truncation or fallocate served by the daemon (Reserve, before the data is
-// written, so that a refused write leaves the file as it was). Passthrough
+// it fails with ENOSPC before it changes anything, and so does a write or
+// a fallocate served by the daemon (Reserve, before the data is written, so
+// that a refused write leaves the file as it was; a truncation allocates
+// nothing and is only measured). Passthrough
 // writes cannot be refused by the daemon, so a descriptor opened for writing
 // is given passthrough only while the store has PassthroughRoom(limit) left
 // (WritePassthrough); closer to the limit every new writer is served by the
@@ -41,7 +42,7 @@ import (
 // further copy-up, create and served write fails with ENOSPC until space is
 // freed. A kernel-enforced limit for those writers (a project quota per
 // store, or a filesystem of the limit's size under the layers) is what would
-// close that gap; see doc.go's sharp edges.
+// close that gap; doc.go says why the store does without one.
 
 // dirBlock is what a new directory costs (one block of the usual 4 KiB).
 const dirBlock = 4096
