@@ -24,7 +24,7 @@ type handle struct {
 	// metered: the daemon serves this descriptor's writes and counts them
 	// against the branch's quota and the store's limit before making them
 	// (store.Reserve). direct: served with FOPEN_DIRECT_IO, so that it can
-	// share its kernel inode with passthrough descriptors (see openHandle).
+	// share its kernel inode with passthrough descriptors (see FS.newHandle).
 	metered bool
 	direct  bool
 	meter   bool // metered if it is not passthrough
@@ -92,16 +92,12 @@ func (h *handle) meteredWrite(ctx context.Context, data []byte, off int64) (uint
 // allocates now.
 func (h *handle) settle(reserved int64) {
 	var st unix.Stat_t
-	alloc := int64(-1)
-	if unix.Fstat(h.fd, &st) == nil {
-		alloc = st.Blocks * 512
-	}
-	if alloc < 0 {
-		h.n.fs.st.Settle(h.real, reserved, 0)
+	if unix.Fstat(h.fd, &st) != nil {
+		h.n.fs.st.Settle(h.real, reserved, -1)
 		h.n.fs.st.Measure(h.real)
 		return
 	}
-	h.n.fs.st.Settle(h.real, reserved, alloc)
+	h.n.fs.st.Settle(h.real, reserved, st.Blocks*512)
 }
 
 // unprivileged reports whether the caller is not root: the kernel flags its

@@ -227,12 +227,15 @@ func (s *Store) Reserve(b *Branch, grow, n int64) (int64, error) {
 }
 
 // Settle ends a Reserve: the reservation goes, and the file at real (a
-// descriptor's real path) is recorded as allocating alloc bytes.
+// descriptor's real path) is recorded as allocating alloc bytes (unless
+// alloc is negative: not measured).
 func (s *Store) Settle(real string, reserved, alloc int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reserved -= reserved
-	s.record(real, alloc)
+	if alloc >= 0 {
+		s.record(real, alloc)
+	}
 }
 
 // Measure records what the file at real (a layer's file, changed outside
