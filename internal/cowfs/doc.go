@@ -22,7 +22,11 @@
 // new real file (a copy-up) while descriptors on the old one are open
 // answers ESTALE, and the kernel looks the path up again into a new inode.
 // A branch with a quota is served without passthrough, so that its writes can
-// be counted.
+// be counted. Under a store limit (a tree's disk budget) a descriptor opened
+// for writing gets passthrough only while the store has room
+// (store.WritePassthrough); closer to the limit it is served by the daemon
+// with FOPEN_DIRECT_IO, so that it can share its kernel inode with
+// passthrough descriptors, and each write is checked before it is made.
 //
 // The kernel caches names, attributes and listings (30 s by default, and
 // directories open without an OPENDIR: rawdir.go); every change made through
