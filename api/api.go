@@ -20,6 +20,7 @@ const (
 	CodeState      = "bad_state"   // the node is in a state the verb does not apply to
 	CodeBusy       = "busy"        // a resource is in use (an unmount of a busy mount)
 	CodeNoSpace    = "no_space"    // a quota was reached
+	CodeLimit      = "limit"       // a daemon limit: too many connections, or one closed for idling
 	CodeAuth       = "unauthorized"
 	// CodeUnavailable: the host cannot do it (no usable /dev/fuse, no
 	// fusermount3); the message says what, arbor doctor how to fix it.
@@ -40,6 +41,7 @@ var (
 	ErrState       = errors.New("wrong state")
 	ErrBusy        = errors.New("busy")
 	ErrNoSpace     = errors.New("no space")
+	ErrLimit       = errors.New("limit reached")
 	ErrAuth        = errors.New("unauthorized")
 	ErrUnavailable = errors.New("unavailable on this host")
 	ErrInternal    = errors.New("internal error")
@@ -52,7 +54,28 @@ var codes = []struct {
 	{CodeBadRequest, ErrBadRequest}, {CodeNotFound, ErrNotFound}, {CodeExists, ErrExists},
 	{CodeStale, ErrStale}, {CodeBudget, ErrBudget}, {CodeProtected, ErrProtected},
 	{CodeState, ErrState}, {CodeBusy, ErrBusy}, {CodeNoSpace, ErrNoSpace},
-	{CodeAuth, ErrAuth}, {CodeUnavailable, ErrUnavailable}, {CodeInternal, ErrInternal},
+	{CodeLimit, ErrLimit}, {CodeAuth, ErrAuth}, {CodeUnavailable, ErrUnavailable}, {CodeInternal, ErrInternal},
+}
+
+// Codes returns every wire error code, in the order of the table above (the
+// one list the faces' tables are checked against).
+func Codes() []string {
+	out := make([]string, len(codes))
+	for i, c := range codes {
+		out[i] = c.code
+	}
+	return out
+}
+
+// Sentinel returns the sentinel error of a wire code (ErrInternal for an
+// unknown one).
+func Sentinel(code string) error {
+	for _, c := range codes {
+		if c.code == code {
+			return c.err
+		}
+	}
+	return ErrInternal
 }
 
 // Code returns the wire code for err: the code of the first sentinel it wraps,
@@ -76,14 +99,7 @@ type Error struct {
 func (e *Error) Error() string { return e.Message }
 
 // Unwrap returns the sentinel error for the code.
-func (e *Error) Unwrap() error {
-	for _, c := range codes {
-		if c.code == e.Code {
-			return c.err
-		}
-	}
-	return ErrInternal
-}
+func (e *Error) Unwrap() error { return Sentinel(e.Code) }
 
 // Errorf wraps a sentinel with a message: Errorf(ErrNotFound, "tree %q", id).
 func Errorf(sentinel error, format string, args ...any) error {

@@ -81,15 +81,48 @@ func (c *Client) get(ctx context.Context) (*conn, bool, error) {
 		c.mu.Unlock()
 		return nil, false, errClosed
 	}
-	if n := len(c.idle); n > 0 {
+	for n := len(c.idle); n > 0; n = len(c.idle) {
 		cn := c.idle[n-1]
 		c.idle = c.idle[:n-1]
 		c.mu.Unlock()
-		return cn, true, nil
+		if cn.alive() {
+			return cn, true, nil
+		}
+		cn.nc.Close()
+		c.mu.Lock()
 	}
 	c.mu.Unlock()
 	cn, err := c.dial(ctx)
 	return cn, false, err
+}
+
+// alive reports whether an idle connection can carry a request: nothing
+// has arrived on it since its last reply (the daemon closes a connection
+// idle past its timeout, with a line saying so, or at a restart).
+func (cn *conn) alive() bool {
+	if cn.br.Buffered() > 0 {
+		return false
+	}
+	sc, ok := cn.nc.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	// One non-blocking peek (a read deadline would not do: an expired one
+	// fails the read before it is tried).
+	var perr error
+	var b [1]byte
+	if err := rc.Read(func(fd uintptr) bool {
+		_, _, perr = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true
+	}); err != nil {
+		return false
+	}
+	// Data (an unasked-for line) or the end of the stream: not reusable.
+	return errors.Is(perr, syscall.EAGAIN)
 }
 
 func (c *Client) put(cn *conn) {
@@ -124,6 +157,12 @@ func (c *Client) Do(ctx context.Context, req api.Request) (api.Response, error) 
 		if err == nil && poisoned {
 			cn.nc.Close()
 			return resp, replyError(resp)
+		}
+		if err == nil && reused && attempt == 0 && resp.Status == api.StatusError && resp.Code == api.CodeLimit {
+			// The daemon closed the idle connection as the request went
+			// out (its idle timeout): it did not serve it. Once more, fresh.
+			cn.nc.Close()
+			continue
 		}
 		if err != nil {
 			cn.nc.Close()
@@ -188,6 +227,14 @@ func (cn *conn) roundTrip(ctx context.Context, line []byte) (resp api.Response, 
 		defer func() { poisoned = !stop() }()
 	}
 	if _, err := cn.nc.Write(line); err != nil {
+		// The daemon may have refused the connection (a limit) and closed
+		// it before the request went out: its one line says why.
+		if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+			cn.nc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			if resp, rerr := cn.read(); rerr == nil && resp.Status == api.StatusError {
+				return resp, false, nil
+			}
+		}
 		return api.Response{}, false, err
 	}
 	resp, err = cn.read()

@@ -1,15 +1,34 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: install what is needed, build arbor, run
-# the coding-agent-fork demo against a daemon of its own, and stop it again.
-# Results go to ./results/<unix-ts>/ (or $OUT/results/...).
+# The main job on a fresh machine: install what is needed, build arbor, and
+# run the coding-agent-fork demo against one daemon of its own (which
+# `arbor demo` starts on a home made for this run), then stop that daemon
+# and remove the home. The results stay: ./results/<UTC time>/ (or under
+# $OUT), beside the base directory the demo forked, ./bases/<UTC time>/.
+# With ARBOR_HOME set, that daemon and home are used and kept.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$PWD}
 export PATH=$PATH:/usr/local/go/bin
 (cd "$repo" && bash scripts/setup.sh && go build -o "$repo/bin/arbor" ./cmd/arbor)
-home=${ARBOR_HOME:-$(mktemp -d /tmp/arbor-demo.XXXXXX)}
-mkdir -p "$home"
-"$repo/bin/arbor" daemon --home "$home" >>"$home/arbord.log" 2>&1 </dev/null &
-pid=$!
-trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true' EXIT
-ARBOR_HOME=$home "$repo/bin/arbor" demo coding-agent --workdir "$out"
+arbor=$repo/bin/arbor
+own_home=
+if [ -z "${ARBOR_HOME:-}" ]; then
+  own_home=$(mktemp -d /tmp/arbor-demo.XXXXXX)
+  export ARBOR_HOME=$own_home
+fi
+finish() {
+  local rc=$?
+  set +e
+  [ -n "$own_home" ] || exit "$rc"
+  "$arbor" daemon stop >/dev/null 2>&1
+  if grep -qF " $own_home/" /proc/self/mountinfo; then
+    echo "demo: kept $own_home: something is still mounted under it" >&2
+  elif [ "$rc" -ne 0 ]; then
+    echo "demo: kept $own_home for its log (arbord.log), since the demo failed" >&2
+  else
+    rm -rf "$own_home"
+  fi
+  exit "$rc"
+}
+trap finish EXIT
+"$arbor" demo coding-agent --workdir "$out"

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -52,8 +53,14 @@ func (e *env) connect() (*client.Client, error) {
 		return nil, err
 	}
 	cl := client.New(sock)
-	if _, err := cl.Ping(e.ctx); err == nil {
+	_, err = cl.Ping(e.ctx)
+	if err == nil {
 		return cl, nil
+	}
+	if ae := (*api.Error)(nil); errors.As(err, &ae) {
+		// A daemon answered, with a refusal (a connection limit): say so,
+		// do not start another.
+		return nil, err
 	}
 	if err := e.startDaemon(); err != nil {
 		return nil, err
@@ -73,6 +80,8 @@ func (e *env) connectFor(mp string) (*client.Client, error) {
 	cl := client.New(sock)
 	if _, err := cl.Ping(e.ctx); err == nil {
 		return cl, nil
+	} else if ae := (*api.Error)(nil); errors.As(err, &ae) {
+		return nil, err // a daemon answered, with a refusal: start no other
 	}
 	known, err := workspace.RememberedMounts(e.home)
 	if err != nil {

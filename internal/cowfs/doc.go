@@ -4,7 +4,11 @@
 // each of those roots takes BranchFS's control writes (create:NAME,
 // switch:NAME, commit, abort) and ioctls (CREATE 0x80806200 filling a
 // 128-byte buffer with the new name, COMMIT 0x6201, ABORT 0x6202; a lost
-// first-commit-wins race is ESTALE).
+// first-commit-wins race is ESTALE, a commit of a branch with children is
+// EBUSY: commit is leaf-only). A root (the mount's or an /@NAME view's)
+// that shows a stale branch still answers getattr, its control file and
+// its @NAME views, so the branch can be aborted or switched away from; its
+// files answer ESTALE.
 //
 // Every operation resolves its node's path through the store, so a node
 // costs nothing but its path; a first write copies the file up into the
@@ -18,7 +22,11 @@
 // new real file (a copy-up) while descriptors on the old one are open
 // answers ESTALE, and the kernel looks the path up again into a new inode.
 // A branch with a quota is served without passthrough, so that its writes can
-// be counted.
+// be counted. Under a store limit (a tree's disk budget) a descriptor opened
+// for writing gets passthrough only while the store has room
+// (store.WritePassthrough); closer to the limit it is served by the daemon
+// with FOPEN_DIRECT_IO, so that it can share its kernel inode with
+// passthrough descriptors, and each write is checked before it is made.
 //
 // The kernel caches names, attributes and listings (30 s by default, and
 // directories open without an OPENDIR: rawdir.go); every change made through

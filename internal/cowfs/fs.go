@@ -171,6 +171,9 @@ func Mount(cfg Config) (*FS, error) {
 	// 23-27 µs each instead of 3). Passthrough writes reach no request, so
 	// an unprivileged open for writing clears them (see node.Open).
 	opts.MountOptions.ExtraCapabilities = fuse.CAP_HANDLE_KILLPRIV_V2
+	// A descriptor served with FOPEN_DIRECT_IO (a writer near a store's
+	// limit: newHandle) can still be mapped shared.
+	opts.MountOptions.ExtraCapabilities |= fuse.CAP_DIRECT_IO_ALLOW_MMAP
 	mountpoint := cfg.Mountpoint
 	if !root || cfg.viaFusermount {
 		// fusermount3 mounts; we keep its stderr (see fusermount.go).
@@ -228,10 +231,41 @@ func noFlushFS(dir string) bool {
 // locks are the kernel's own here (we implement no lock calls), so FLUSH
 // has no locks to drop either.
 func (f *FS) openFlags(h *handle) uint32 {
-	if !h.write || (h.passthrough && f.localFS) {
-		return fuse.FOPEN_NOFLUSH
+	var fl uint32
+	if h.direct {
+		fl = fuse.FOPEN_DIRECT_IO
 	}
-	return 0
+	if !h.write || (h.passthrough && f.localFS) {
+		return fl | fuse.FOPEN_NOFLUSH
+	}
+	return fl
+}
+
+// newHandle makes the handle of a descriptor fd opened on real for node n
+// of branch b. A branch with a quota is served without passthrough, so that
+// its writes are counted. A descriptor opened for writing gets passthrough
+// only while the store's limit has room (store.WritePassthrough); closer to
+// it, its writes are served here and refused with ENOSPC before they pass
+// the limit. Such a descriptor is served with FOPEN_DIRECT_IO: the kernel
+// does not let one inode mix passthrough descriptors with page-cached ones
+// (an open of the other kind fails with ETXTBSY), and direct I/O is neither;
+// but a shared mapping of a direct descriptor puts the inode in cached mode,
+// so while a direct descriptor is open every new one is direct too
+// (node.addHandle).
+func (f *FS) newHandle(fd int, n *node, b *store.Branch, real string, write bool) *handle {
+	h := &handle{fd: fd, n: n, br: b, real: real, write: write}
+	quota := f.st.QuotaOf(b) > 0
+	switch {
+	case !f.passthrough:
+	case quota:
+	case !write || f.st.WritePassthrough(b):
+		h.passthrough = true
+	default:
+		h.direct = true
+	}
+	h.meter = write && f.st.Metered(b)
+	h.metered = h.meter && !h.passthrough
+	return h
 }
 
 // Passthrough reports whether opened files are served by FUSE passthrough.

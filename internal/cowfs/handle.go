@@ -21,6 +21,13 @@ type handle struct {
 	write       bool // counted in the store's writers
 	lower       bool // counted in n.lowerOpen
 	passthrough bool
+	// metered: the daemon serves this descriptor's writes and counts them
+	// against the branch's quota and the store's limit before making them
+	// (store.Reserve). direct: served with FOPEN_DIRECT_IO, so that it can
+	// share its kernel inode with passthrough descriptors (see FS.newHandle).
+	metered bool
+	direct  bool
+	meter   bool // metered if it is not passthrough
 }
 
 var (
@@ -50,22 +57,47 @@ func (h *handle) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadResu
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	h.n.fs.served.writes.Add(1)
-	if h.n.fs.st.QuotaOf(h.br) > 0 {
-		var st unix.Stat_t
-		if err := unix.Fstat(h.fd, &st); err != nil {
-			return 0, fs.ToErrno(err)
-		}
-		if grow := off + int64(len(data)) - st.Size; grow > 0 {
-			if err := h.n.fs.st.Grow(h.br, grow); err != nil {
-				return 0, fs.ToErrno(err)
-			}
-		}
+	if h.metered {
+		return h.meteredWrite(ctx, data, off)
 	}
 	n, err := unix.Pwrite(h.fd, data, off)
 	if err == nil && unprivileged(ctx) {
 		killPriv(h.fd) // the kernel left it to us (FUSE_HANDLE_KILLPRIV_V2)
 	}
 	return uint32(n), fs.ToErrno(err)
+}
+
+// meteredWrite makes a write only if the branch's quota and the store's
+// limit have room for what it may allocate (ENOSPC otherwise, the file
+// untouched), then records what the file allocates after it.
+func (h *handle) meteredWrite(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	var st unix.Stat_t
+	if err := unix.Fstat(h.fd, &st); err != nil {
+		return 0, fs.ToErrno(err)
+	}
+	n := int64(len(data))
+	res, err := h.n.fs.st.Reserve(h.br, off+n-st.Size, store.AllocGrowth(&st, off, n))
+	if err != nil {
+		return 0, fs.ToErrno(err)
+	}
+	w, err := unix.Pwrite(h.fd, data, off)
+	if err == nil && unprivileged(ctx) {
+		killPriv(h.fd)
+	}
+	h.settle(res)
+	return uint32(max(w, 0)), fs.ToErrno(err)
+}
+
+// settle ends a reservation of a metered change, recording what the file
+// allocates now.
+func (h *handle) settle(reserved int64) {
+	var st unix.Stat_t
+	if unix.Fstat(h.fd, &st) != nil {
+		h.n.fs.st.Settle(h.real, reserved, -1)
+		h.n.fs.st.Measure(h.real)
+		return
+	}
+	h.n.fs.st.Settle(h.real, reserved, st.Blocks*512)
 }
 
 // unprivileged reports whether the caller is not root: the kernel flags its
@@ -156,7 +188,9 @@ func (h *handle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.Attr
 				}
 			}
 		}
-		if err := unix.Ftruncate(h.fd, int64(sz)); err != nil {
+		err := unix.Ftruncate(h.fd, int64(sz))
+		h.settle(0) // a truncation allocates nothing; a shrink frees
+		if err != nil {
 			return fs.ToErrno(err)
 		}
 	}
@@ -173,17 +207,25 @@ func (h *handle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.Attr
 }
 
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
-	if h.n.fs.st.QuotaOf(h.br) > 0 && mode&unix.FALLOC_FL_KEEP_SIZE == 0 && mode&unix.FALLOC_FL_PUNCH_HOLE == 0 {
+	var reserved int64
+	if mode&(unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_COLLAPSE_RANGE) == 0 {
+		// It allocates (KEEP_SIZE too); only a lengthening counts for a quota.
 		var st unix.Stat_t
-		if err := unix.Fstat(h.fd, &st); err == nil {
-			if grow := int64(off+size) - st.Size; grow > 0 {
-				if err := h.n.fs.st.Grow(h.br, grow); err != nil {
-					return fs.ToErrno(err)
-				}
-			}
+		if err := unix.Fstat(h.fd, &st); err != nil {
+			return fs.ToErrno(err)
+		}
+		grow := int64(off+size) - st.Size
+		if mode&unix.FALLOC_FL_KEEP_SIZE != 0 {
+			grow = 0
+		}
+		var err error
+		if reserved, err = h.n.fs.st.Reserve(h.br, grow, store.AllocGrowth(&st, int64(off), int64(size))); err != nil {
+			return fs.ToErrno(err)
 		}
 	}
-	return fs.ToErrno(unix.Fallocate(h.fd, mode, int64(off), int64(size)))
+	err := unix.Fallocate(h.fd, mode, int64(off), int64(size))
+	h.settle(reserved)
+	return fs.ToErrno(err)
 }
 
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {

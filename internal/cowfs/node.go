@@ -38,6 +38,16 @@ type node struct {
 
 func (n *node) addHandle(h *handle) {
 	n.mu.Lock()
+	if h.passthrough {
+		for o := range n.handles {
+			if o.direct {
+				// The kernel inode may be in cached mode (a shared mapping
+				// of o): a passthrough open of it would fail with EIO.
+				h.passthrough, h.direct, h.metered = false, true, h.meter
+				break
+			}
+		}
+	}
 	if n.handles == nil {
 		n.handles = map[*handle]struct{}{}
 	}
@@ -322,9 +332,11 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		if h := n.anyHandle(); h != nil && e == syscall.ENOENT {
 			return h.Getattr(ctx, out)
 		}
-		if e == syscall.ESTALE && n.at && &n.Inode == n.root {
-			// A stale branch's view root stays reachable, so that its
-			// control file can abort it: it shows as the base directory.
+		if e == syscall.ESTALE && &n.Inode == n.root {
+			// A stale branch's view root, or the mount's root showing a
+			// stale branch, stays reachable, so that its control file can
+			// abort it (or switch away) and the @name views still answer:
+			// it shows as the base directory. Its files answer ESTALE.
 			if err := unix.Lstat(n.fs.st.Base(), &st); err != nil {
 				return errno(err)
 			}
@@ -375,7 +387,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return errno(err)
 	}
 	if sz, ok := in.GetSize(); ok {
-		if err := unix.Truncate(real, int64(sz)); err != nil {
+		err := unix.Truncate(real, int64(sz))
+		n.fs.st.Measure(real) // a truncation allocates nothing; a shrink frees
+		if err != nil {
 			return errno(err)
 		}
 	}
@@ -469,8 +483,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return nil, 0, errno(err)
 	}
 	real := res.Real
-	h := &handle{fd: fd, n: n, br: b, real: real, write: write, lower: res.Lower && !write,
-		passthrough: n.fs.passthrough && n.fs.st.QuotaOf(b) == 0}
+	h := n.fs.newHandle(fd, n, b, real, write)
+	h.lower = res.Lower && !write
 	n.mu.Lock()
 	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino != n.realIno {
 		if len(n.handles) > 0 {
@@ -583,7 +597,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	in := n.child(ctx, name, res, &st, out)
 	c := in.Operations().(*node)
-	h := &handle{fd: fd, n: c, br: b, real: real, write: write, passthrough: n.fs.passthrough && n.fs.st.QuotaOf(b) == 0}
+	h := n.fs.newHandle(fd, c, b, real, write)
 	c.addHandle(h)
 	if write && h.passthrough && mode&(unix.S_ISUID|unix.S_ISGID) != 0 && unprivileged(ctx) {
 		killPriv(fd) // as in Open: its writes will reach no request

@@ -37,6 +37,8 @@ type serveConfig struct {
 	State, Base, Mnt string
 	Depth            int
 	Passthrough      bool
+	// Room, if set, limits the store to what it holds plus Room bytes.
+	Room int64
 }
 
 // serveForTest mounts a store as the config says, prints "ready", and serves
@@ -68,6 +70,13 @@ func serveForTest(raw string) int {
 			return 1
 		}
 		leaf = name
+	}
+	if cfg.Room > 0 {
+		used, _ := st.Used()
+		if err := st.SetLimit(used + cfg.Room); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 	f, err := Mount(Config{Store: st, Mountpoint: cfg.Mnt, Branch: leaf, Passthrough: &cfg.Passthrough})
 	if err != nil {
@@ -145,12 +154,12 @@ func (e *branchEnv) KnownLimit(name string) string {
 
 // newBranchEnv starts a child process serving a fresh store, with a chain of
 // depth branches each holding a change (depth 0: main).
-func newBranchEnv(t *testing.T, depth int, passthrough bool) *branchEnv {
+func newBranchEnv(t *testing.T, depth int, passthrough bool, room int64) *branchEnv {
 	testenv.NeedFUSE(t)
 	root := t.TempDir()
 	os.Chmod(filepath.Dir(root), 0o755)
 	cfg := serveConfig{State: filepath.Join(root, "state"), Base: filepath.Join(root, "base"),
-		Mnt: filepath.Join(root, "mnt"), Depth: depth, Passthrough: passthrough}
+		Mnt: filepath.Join(root, "mnt"), Depth: depth, Passthrough: passthrough, Room: room}
 	os.Mkdir(cfg.Base, 0o755)
 	os.Mkdir(cfg.Mnt, 0o755)
 	raw, _ := json.Marshal(cfg)
@@ -210,14 +219,18 @@ func TestPOSIX(t *testing.T) {
 		name        string
 		depth       int
 		passthrough bool
+		room        int64
 	}{
-		{"main", 0, true},
-		{"depth1", 1, true},
-		{"depth32", 32, true},
-		{"depth1-nopassthrough", 1, false},
+		{"main", 0, true, 0},
+		{"depth1", 1, true, 0},
+		{"depth32", 32, true, 0},
+		{"depth1-nopassthrough", 1, false, 0},
+		// Near a disk limit every writer is served by the daemon, with
+		// FOPEN_DIRECT_IO beside passthrough readers (newHandle).
+		{"depth1-near-limit", 1, true, 48 << 20},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			posixtest.Run(t, newBranchEnv(t, c.depth, c.passthrough))
+			posixtest.Run(t, newBranchEnv(t, c.depth, c.passthrough, c.room))
 		})
 	}
 }

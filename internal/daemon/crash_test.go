@@ -26,7 +26,7 @@ type proc struct {
 	dir  string // the test's directory: every mount of the daemon is under it
 }
 
-func spawn(t *testing.T, home, dir string) *proc {
+func spawn(t *testing.T, home, dir string, env ...string) *proc {
 	t.Helper()
 	logf, err := os.OpenFile(filepath.Join(home, "arbord.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -34,7 +34,7 @@ func spawn(t *testing.T, home, dir string) *proc {
 	}
 	defer logf.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), daemonHomeEnv+"="+home)
+	cmd.Env = append(append(os.Environ(), daemonHomeEnv+"="+home), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Never outlive the test process.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}

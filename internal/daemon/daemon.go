@@ -40,6 +40,12 @@ type Config struct {
 	Logger      *slog.Logger
 	// Ready, if set, is closed once the socket accepts connections.
 	Ready chan<- struct{}
+	// MaxConns and MaxConnsPerUID cap the socket's connections, and
+	// IdleTimeout closes idle ones (see lineapi.Config): zero means the
+	// defaults, derived from RLIMIT_NOFILE so that descriptors are always
+	// left for the FUSE servers and the stores.
+	MaxConns, MaxConnsPerUID int
+	IdleTimeout              time.Duration
 }
 
 // Run runs the daemon until ctx ends.
@@ -106,7 +112,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	eng = h.eng
 
-	line, err := lineapi.New(lineapi.Config{Path: cfg.Socket, AllowUIDs: cfg.AllowUIDs, Handler: h, Metrics: m, Logger: log})
+	line, err := lineapi.New(lineapi.Config{
+		Path: cfg.Socket, AllowUIDs: cfg.AllowUIDs, Handler: h, Metrics: m, Logger: log,
+		MaxConns: cfg.MaxConns, MaxConnsPerUID: cfg.MaxConnsPerUID, IdleTimeout: cfg.IdleTimeout,
+	})
 	if err != nil {
 		return err
 	}
@@ -132,7 +141,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- hs.Run(ctx) }()
 	}
-	log.Info("arbord running", "home", cfg.Home, "socket", cfg.Socket, "http", cfg.HTTPAddr)
+	lim := line.Limits()
+	log.Info("arbord running", "home", cfg.Home, "socket", cfg.Socket, "http", cfg.HTTPAddr,
+		"max_conns", lim.MaxConns, "max_conns_per_uid", lim.MaxConnsPerUID, "idle_timeout", lim.IdleTimeout, "fd_reserve", lim.Reserve)
 	if cfg.Ready != nil {
 		close(cfg.Ready)
 	}

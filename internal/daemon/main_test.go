@@ -6,13 +6,24 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // daemonHomeEnv makes the test binary run as arbord on that home (the crash
 // test re-executes itself this way, so it can SIGKILL a real daemon).
 const daemonHomeEnv = "ARBOR_TEST_DAEMON_HOME"
+
+// With daemonHomeEnv, daemonNoFileEnv sets the daemon's RLIMIT_NOFILE (soft
+// and hard) before it starts, daemonIdleEnv its socket's idle timeout and
+// daemonMaxConnsEnv its connection cap.
+const (
+	daemonNoFileEnv   = "ARBOR_TEST_DAEMON_NOFILE"
+	daemonIdleEnv     = "ARBOR_TEST_DAEMON_IDLE"
+	daemonMaxConnsEnv = "ARBOR_TEST_DAEMON_MAXCONNS"
+)
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(fusectlEnv); mode != "" {
@@ -27,8 +38,35 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	if home := os.Getenv(daemonHomeEnv); home != "" {
+		cfg := Config{Home: home, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+		if v := os.Getenv(daemonNoFileEnv); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err == nil {
+				err = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n})
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "arbord: RLIMIT_NOFILE:", err)
+				os.Exit(1)
+			}
+		}
+		if v := os.Getenv(daemonIdleEnv); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "arbord:", err)
+				os.Exit(1)
+			}
+			cfg.IdleTimeout = d
+		}
+		if v := os.Getenv(daemonMaxConnsEnv); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "arbord:", err)
+				os.Exit(1)
+			}
+			cfg.MaxConns = n
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-		err := Run(ctx, Config{Home: home, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+		err := Run(ctx, cfg)
 		stop()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "arbord:", err)

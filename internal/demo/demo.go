@@ -64,8 +64,8 @@ var (
 type Config struct {
 	// Client drives the daemon; required.
 	Client Doer
-	// Workdir holds the tree's base directory (bases/<unix-ts>/) and the
-	// results (results/<unix-ts>/). Default: the current directory.
+	// Workdir holds the tree's base directory (bases/<UTC time, e.g. 2026-12-01T18-05-12Z>/) and the
+	// results (results/<UTC time, e.g. 2026-12-01T18-05-12Z>/). Default: the current directory.
 	Workdir string
 	// Out receives the printed summary. Default: discarded.
 	Out io.Writer
@@ -185,7 +185,7 @@ type Commit struct {
 }
 
 // CodingAgent runs the coding-agent-fork demo (see the package doc) and
-// writes its results under cfg.Workdir/results/<unix-ts>/. If the run
+// writes its results under cfg.Workdir/results/<UTC time, e.g. 2026-12-01T18-05-12Z>/. If the run
 // completes but a claim fails, it returns the Summary and an error wrapping
 // ErrCheck.
 func CodingAgent(ctx context.Context, cfg Config) (Summary, error) {
@@ -209,7 +209,7 @@ type run struct {
 }
 
 func (r *run) do(ctx context.Context) (_ Summary, err error) {
-	dir, name, err := makeUnique(filepath.Join(r.cfg.Workdir, "results"), strconv.FormatInt(time.Now().Unix(), 10))
+	dir, name, err := makeUnique(filepath.Join(r.cfg.Workdir, "results"), time.Now().UTC().Format("2006-01-02T15-04-05Z"))
 	if err != nil {
 		return Summary{}, fmt.Errorf("demo: results dir: %w", err)
 	}

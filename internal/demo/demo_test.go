@@ -412,14 +412,13 @@ func TestCodingAgent(t *testing.T) {
 		t.Errorf("source after commit: outcome %+v\n%s", c.SourceOutcome, c.SourceInitPy)
 	}
 
-	// results/<unix-ts>/ holds forkd's files plus the commit's.
+	// results/<UTC time, e.g. 2026-12-01T18-05-12Z>/ holds forkd's files plus the commit's.
 	dir := sum.ResultsDir
 	if filepath.Dir(dir) != filepath.Join(work, "results") {
 		t.Errorf("results dir = %s", dir)
 	}
-	var ts int64
-	if _, err := fmt.Sscan(filepath.Base(dir), &ts); err != nil || ts < start.Unix() || ts > time.Now().Unix() {
-		t.Errorf("results dir %s is not named by the run's unix time", dir)
+	if ts, err := time.Parse("2006-01-02T15-04-05Z", filepath.Base(dir)); err != nil || ts.Unix() < start.Unix() || ts.After(time.Now()) {
+		t.Errorf("results dir %s is not named by the run's UTC time (%v)", dir, err)
 	}
 	want := []string{"summary.md", "summary.json", "state-evidence.txt", "fork-batch.json", "commit.json",
 		"nodes-after-commit.json", "source-after-commit-init-py.txt", "source-after-commit-agent.log"}

@@ -21,7 +21,7 @@
 // from the root, runs setup-source.sh in the source, samples it, makes the
 // three children with ONE tree_fork_batch, samples each child's __pycache__
 // before it runs, runs the three strategies concurrently, collects the
-// evidence and writes results/<unix-ts>/. Then it commits the best passing
+// evidence and writes results/<UTC time, e.g. 2026-12-01T18-05-12Z>/. Then it commits the best passing
 // child into the source with tree_commit (the passing child with the smallest
 // line diff of the workspace's Python sources against the fork point, ties
 // broken in label order), shows with tree_nodes that the siblings are stale,

@@ -82,8 +82,17 @@ func (m *memFiles) Branches() ([]string, error) {
 	}
 	return out, nil
 }
-func (m *memFiles) DiskBytes(string) int64 { return 0 }
-func (m *memFiles) Close() error           { return nil }
+func (m *memFiles) DiskUsage() map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int64{}
+	for b := range m.b {
+		out[b] = 0
+	}
+	return out
+}
+func (m *memFiles) SetDiskLimit(int64) error { return nil }
+func (m *memFiles) Close() error             { return nil }
 
 // BenchmarkForkBatchEngine is BenchmarkForkBatch over memFiles: the engine's
 // share of a fork batch (plan, one fsynced bbolt transaction, apply, events).

@@ -38,6 +38,7 @@ type dirFiles struct {
 	mu       sync.Mutex // guards branches and closed, and serialises changes on disk
 	branches map[string]*dirBranch
 	closed   bool
+	limit    int64 // recorded by SetDiskLimit, not enforced
 }
 
 type dirBranch struct {
@@ -239,22 +240,33 @@ func (f *dirFiles) Branches() ([]string, error) {
 	return out, nil
 }
 
-func (f *dirFiles) DiskBytes(name string) int64 {
+// DiskUsage is the bytes of the regular files in each branch's copy: the
+// double copies whole directories and enforces no limit (SetDiskLimit only
+// records it); the real files layer's accounting is tested in workspace.
+func (f *dirFiles) DiskUsage() map[string]int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.branches[name] == nil {
-		return 0
-	}
-	var n int64
-	filepath.WalkDir(f.bdir(name), func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil {
-				n += info.Size()
+	out := map[string]int64{}
+	for name := range f.branches {
+		var n int64
+		filepath.WalkDir(f.bdir(name), func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if info, err := d.Info(); err == nil {
+					n += info.Size()
+				}
 			}
-		}
-		return nil
-	})
-	return n
+			return nil
+		})
+		out[name] = n
+	}
+	return out
+}
+
+func (f *dirFiles) SetDiskLimit(max int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limit = max
+	return nil
 }
 
 func (f *dirFiles) Close() error {

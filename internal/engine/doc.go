@@ -87,9 +87,13 @@
 // # Sharp edges
 //
 // A watcher that falls WatchBuffer events behind is cut off (its channel is
-// closed) rather than stalling the verbs. Disk usage is measured from Files
-// after commits, at tree_nodes and at open, not on every write, so the disk
-// budget acts on the last measurement. A commit whose metadata transaction
+// closed) rather than stalling the verbs. Disk usage is the files layer's
+// (Files.DiskUsage: what each branch's layers allocate, at most a second
+// old), read before every fork, at tree_nodes, tree_list and Stats (the
+// metrics), after commits and at open; it is never saved, since the files
+// layer recomputes it. The files layer itself enforces the disk budget on
+// writes (Files.SetDiskLimit, given the budget at create and open); a fork
+// needs NodeDiskReserve free for each new node. A commit whose metadata transaction
 // fails after Files.Commit has still happened: the error says so and the
 // intent finishes it at the next open.
 package engine

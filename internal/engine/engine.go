@@ -304,7 +304,7 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 	case api.OpTreeEvict:
 		return e.evict(ts)
 	case api.OpTreeNodes:
-		e.measure(ts, nil)
+		e.measure(ts)
 		return e.nodesResponse(ts, "tree_node_list"), nil
 	}
 	return api.Response{}, api.Errorf(api.ErrBadRequest, "unknown op %q", req.Op)
@@ -313,7 +313,7 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 // isAPI reports whether err wraps an api sentinel.
 func isAPI(err error) bool {
 	for _, s := range []error{api.ErrBadRequest, api.ErrNotFound, api.ErrExists, api.ErrStale, api.ErrBudget,
-		api.ErrProtected, api.ErrState, api.ErrBusy, api.ErrNoSpace, api.ErrAuth, api.ErrUnavailable, api.ErrInternal} {
+		api.ErrProtected, api.ErrState, api.ErrBusy, api.ErrNoSpace, api.ErrLimit, api.ErrAuth, api.ErrUnavailable, api.ErrInternal} {
 		if errors.Is(err, s) {
 			return true
 		}
@@ -336,6 +336,7 @@ func (e *Engine) Stats() []TreeStats {
 	for _, ts := range e.loaded() {
 		ts.mu.Lock()
 		if !ts.dropped {
+			e.measure(ts)
 			s := TreeStats{TreeID: ts.id, Usage: ts.t.Usage(), Budget: ts.t.Budget(), Nodes: map[string]int{}}
 			for st, n := range ts.t.CountByState() {
 				s.Nodes[string(st)] = n
@@ -374,6 +375,7 @@ func (e *Engine) list() []api.Tree {
 	for _, ts := range e.loaded() {
 		ts.mu.Lock()
 		if !ts.dropped {
+			e.measure(ts)
 			out = append(out, ts.summary())
 		}
 		ts.mu.Unlock()

@@ -441,3 +441,34 @@ func TestCommitRace(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCommitLeafOnly: tree_commit of a node with children is refused with
+// bad_state naming them; the tree and every node's files stay as they were.
+func TestCommitLeafOnly(t *testing.T) {
+	e := newEngine(t, t.TempDir())
+	do(t, e, api.Request{Op: api.OpTreeCreate, Base: newBase(t), TreeID: "l"})
+	a := do(t, e, api.Request{Op: api.OpTreeFork, TreeID: "l", SourceID: "n1", Label: "a"})
+	os.WriteFile(filepath.Join(a.Path, "in-a"), []byte("a"), 0o644)
+	b := do(t, e, api.Request{Op: api.OpTreeFork, TreeID: "l", SourceID: a.NodeID, Label: "b"})
+	os.WriteFile(filepath.Join(b.Path, "in-b"), []byte("b"), 0o644)
+	before := do(t, e, api.Request{Op: api.OpTreeNodes, TreeID: "l"})
+	_, err := e.Do(context.Background(), api.Request{Op: api.OpTreeCommit, TreeID: "l", NodeID: a.NodeID})
+	wantErr(t, err, api.ErrState, "commit of a node with a child")
+	if !strings.Contains(err.Error(), b.NodeID) {
+		t.Fatalf("the refusal does not name the child %s: %v", b.NodeID, err)
+	}
+	after := nodeMap(do(t, e, api.Request{Op: api.OpTreeNodes, TreeID: "l"}))
+	if len(after) != len(before.Nodes) || after[b.NodeID].State != api.StateLive || after[a.NodeID].State != api.StateLive {
+		t.Fatalf("nodes after the refused commit: %+v", after)
+	}
+	if got := readFile(t, after[b.NodeID].Path, "in-b"); got != "b" {
+		t.Fatalf("b reads %q after the refused commit", got)
+	}
+	do(t, e, api.Request{Op: api.OpTreeCommit, TreeID: "l", NodeID: b.NodeID})
+	cm := do(t, e, api.Request{Op: api.OpTreeCommit, TreeID: "l", NodeID: a.NodeID})
+	for _, f := range []string{"in-a", "in-b"} {
+		if got := readFile(t, cm.Path, f); got != f[3:] {
+			t.Fatalf("the root reads %s = %q after leaf-first commits", f, got)
+		}
+	}
+}

@@ -24,8 +24,13 @@ type Files interface {
 	Path(name string) (string, error)
 	// Branches lists every branch the files layer holds (for reconcile after a crash).
 	Branches() ([]string, error)
-	// DiskBytes is the bytes the branch's own layers hold.
-	DiskBytes(name string) int64
+	// DiskUsage is the bytes each branch holds on disk now (or at most a
+	// second ago), by branch name: what its own layers allocate, frozen or
+	// not. The values sum to all the files layer holds besides the base.
+	DiskUsage() map[string]int64
+	// SetDiskLimit sets the tree's disk budget: a change that would take
+	// the files layer past max bytes fails with ENOSPC (0: no limit).
+	SetDiskLimit(max int64) error
 	Close() error
 }
 

@@ -16,6 +16,11 @@ import (
 	"github.com/arbor-dev/arbor/internal/tree"
 )
 
+// NodeDiskReserve is the disk a fork needs free for each new node: the
+// least its first change costs (its layer's directory and one block). A
+// fork the disk budget has not that room for is refused.
+const NodeDiskReserve = 8 << 10
+
 // Limits on request fields.
 const (
 	MaxLabelBytes = 256
@@ -181,6 +186,10 @@ func (e *Engine) create(ctx context.Context, req api.Request) (api.Response, err
 	if err != nil {
 		return api.Response{}, fmt.Errorf("%s %s: files: %w", op, id, err)
 	}
+	if err := files.SetDiskLimit(t.Budget().MaxDiskBytes); err != nil {
+		files.Close()
+		return api.Response{}, fmt.Errorf("%s %s: files: %w", op, id, err)
+	}
 	// A crash between a past OpenFiles and its metadata can leave branches
 	// behind; a new tree has only main.
 	if err := abortExtra(ctx, files, map[string]bool{MainBranch: true}); err != nil {
@@ -259,6 +268,7 @@ func (e *Engine) open(ctx context.Context, req api.Request) (api.Response, error
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	e.measure(ts)
 	r := e.nodesResponse(ts, "tree_opened")
 	return r, nil
 }
@@ -384,6 +394,10 @@ func (e *Engine) load(ctx context.Context, id string) (*treeState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tree %s: files: %w", id, err)
 	}
+	if err := files.SetDiskLimit(t.Budget().MaxDiskBytes); err != nil {
+		files.Close()
+		return nil, fmt.Errorf("tree %s: files: %w", id, err)
+	}
 	ts := &treeState{id: id, meta: tm, t: t, files: files}
 	if err := e.reconcile(ctx, ts, intent); err != nil {
 		files.Close()
@@ -455,20 +469,29 @@ func (e *Engine) reconcile(ctx context.Context, ts *treeState, intent *commitInt
 	if err := e.setWritable(ts, suspended, false); err != nil {
 		return err
 	}
-	e.measure(ts, nil)
+	e.measure(ts)
 	return nil
 }
 
-// measure refreshes the disk usage of nodes ids (nil: every node).
-func (e *Engine) measure(ts *treeState, ids []string) {
-	if ids == nil {
-		for _, n := range ts.t.Nodes() {
-			ids = append(ids, n.ID)
+// measure refreshes every node's disk usage from the files layer (whose
+// figures are at most a second old: see Files.DiskUsage). Bytes held by a
+// branch the tree has no node for (none after reconcile) count to the root,
+// so that the tree's total is all the files layer holds.
+func (e *Engine) measure(ts *treeState) {
+	u := ts.files.DiskUsage()
+	var orphan int64
+	for b, n := range u {
+		if _, ok := ts.t.Node(ts.nodeOf(b)); !ok {
+			orphan += n
 		}
 	}
-	for _, id := range ids {
-		if n, ok := ts.t.Node(id); ok {
-			ts.t.SetUsage(id, n.RAMBytes, ts.files.DiskBytes(ts.branch(id)))
+	for _, n := range ts.t.Nodes() {
+		d := u[ts.branch(n.ID)]
+		if n.ID == ts.t.Root() {
+			d += orphan
+		}
+		if d != n.DiskBytes {
+			ts.t.SetUsage(n.ID, n.RAMBytes, d)
 		}
 	}
 }
@@ -536,12 +559,17 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 	}
 	start := time.Now()
 	now := e.cfg.Now()
+	// The disk budget is checked against what the tree holds now (the new
+	// nodes' reserve stays in their figures until the next measurement,
+	// which every reply that shows usage makes first).
+	e.measure(ts)
+	cost := tree.Cost{DiskBytes: NodeDiskReserve}
 	var p *tree.Plan
 	var err error
 	if op == api.OpTreeRollback {
-		p, err = ts.t.PlanRollback(now, source, labels[0], tree.Cost{})
+		p, err = ts.t.PlanRollback(now, source, labels[0], cost)
 	} else {
-		p, err = ts.t.PlanFork(now, source, labels, tree.Cost{})
+		p, err = ts.t.PlanFork(now, source, labels, cost)
 	}
 	if err != nil {
 		return api.Response{}, err
@@ -616,7 +644,7 @@ func (e *Engine) commit(ctx context.Context, ts *treeState, req api.Request) (ap
 	if err := e.meta.sync(); err != nil {
 		e.log.Warn("sync after commit", "tree", ts.id, "err", err)
 	}
-	e.measure(ts, []string{p.Parent})
+	e.measure(ts)
 	e.emit(ts, "commit", req.NodeID)
 	for _, s := range p.Stale {
 		e.emit(ts, "stale", s)

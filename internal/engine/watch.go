@@ -128,5 +128,6 @@ func (e *Engine) Watch(ctx context.Context, treeID string) (api.Response, <-chan
 	if !ok {
 		return api.Response{}, nil, api.Errorf(api.ErrBusy, "watch: engine closed")
 	}
+	e.measure(ts)
 	return e.nodesResponse(ts, "tree_watching"), w.ch, nil
 }

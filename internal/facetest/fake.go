@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -263,6 +264,9 @@ func (f *Fake) commit(t *fakeTree, n *fakeNode) (api.Response, error) {
 	}
 	if n.State == api.StateStale || n.forkGen != p.gen {
 		return api.Response{}, api.Errorf(api.ErrStale, "commit %s: parent %s changed since the fork", n.ID, p.ID)
+	}
+	if len(n.Children) > 0 { // commit is leaf-only, as in the engine
+		return api.Response{}, api.Errorf(api.ErrState, "commit %s: it has children %s; commit or abort them first", n.ID, strings.Join(n.Children, ", "))
 	}
 	resp := api.Response{Status: "tree_committed", TreeID: t.id, NodeID: p.ID, Stale: []string{}}
 	for _, c := range p.Children {

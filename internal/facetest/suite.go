@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,6 +76,7 @@ var scenarios = []scenario{
 	{"Exists", testExists},
 	{"Protected", testProtected},
 	{"BadState", testBadState},
+	{"CommitLeafOnly", testCommitLeafOnly},
 	{"BadInput", testBadInput},
 	{"Watch", testWatch},
 	{"WatchNotFound", testWatchNotFound},
@@ -349,6 +351,31 @@ func testBadState(t *testing.T, ctx context.Context, s Setup, e env) {
 		t.Fatalf("auto_evict: got %+v", ev)
 	}
 	mustDo(t, ctx, s, api.Request{Op: api.OpTreeAbort, TreeID: tree, NodeID: c})
+}
+
+// testCommitLeafOnly: a node with children is not committed (bad_state,
+// naming them) and nothing changes; leaf first, then its parent, works.
+func testCommitLeafOnly(t *testing.T, ctx context.Context, s Setup, e env) {
+	tree, root := newTree(t, ctx, s, e)
+	x := mustDo(t, ctx, s, api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: root, Label: "x"}).NodeID
+	y := mustDo(t, ctx, s, api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: x, Label: "y"}).NodeID
+	before := mustDo(t, ctx, s, api.Request{Op: api.OpTreeNodes, TreeID: tree})
+	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeCommit, TreeID: tree, NodeID: x})
+	wantErr(t, err, api.ErrState, "commit of a node with a child")
+	if !strings.Contains(err.Error(), y) {
+		t.Fatalf("the refusal does not name the child %s: %v", y, err)
+	}
+	after := mustDo(t, ctx, s, api.Request{Op: api.OpTreeNodes, TreeID: tree})
+	if len(after.Nodes) != len(before.Nodes) {
+		t.Fatalf("a refused commit changed the nodes: %d before, %d after", len(before.Nodes), len(after.Nodes))
+	}
+	for _, n := range after.Nodes {
+		if n.State != api.StateLive {
+			t.Fatalf("after a refused commit %s is %s", n.ID, n.State)
+		}
+	}
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeCommit, TreeID: tree, NodeID: y})
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeCommit, TreeID: tree, NodeID: x})
 }
 
 func testBadInput(t *testing.T, ctx context.Context, s Setup, e env) {

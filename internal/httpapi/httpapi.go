@@ -347,7 +347,7 @@ func Status(code string) int {
 		return http.StatusConflict
 	case api.CodeNoSpace:
 		return http.StatusInsufficientStorage
-	case api.CodeUnavailable:
+	case api.CodeLimit, api.CodeUnavailable:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

@@ -241,14 +241,48 @@ func TestNewRefuses(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
-	for code, want := range map[string]int{
+	want := map[string]int{
 		api.CodeBadRequest: 400, api.CodeAuth: 401, api.CodeNotFound: 404,
 		api.CodeExists: 409, api.CodeStale: 409, api.CodeState: 409, api.CodeProtected: 409,
-		api.CodeBusy: 409, api.CodeBudget: 409, api.CodeNoSpace: 507, api.CodeUnavailable: 503, api.CodeInternal: 500, "weird": 500,
-	} {
+		api.CodeBusy: 409, api.CodeBudget: 409, api.CodeNoSpace: 507, api.CodeLimit: 503, api.CodeUnavailable: 503, api.CodeInternal: 500, "weird": 500,
+	}
+	for code, want := range want {
 		if got := httpapi.Status(code); got != want {
 			t.Errorf("Status(%s) = %d, want %d", code, got, want)
 		}
+	}
+	for _, code := range api.Codes() {
+		if _, ok := want[code]; !ok {
+			t.Errorf("api code %s has no HTTP status in this test (and perhaps none in Status)", code)
+		}
+	}
+}
+
+// TestOpenAPICodes: the error codes openapi.json lists are api.Codes().
+func TestOpenAPICodes(t *testing.T) {
+	base := serve(t, facetest.NewFake(), httpapi.Config{})
+	st, _, b := call(t, newHTTPClient(t), "GET", base+"/v1/openapi.json", "", "")
+	if st != 200 {
+		t.Fatalf("openapi.json: HTTP %d", st)
+	}
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				Error struct {
+					Properties struct {
+						Code struct {
+							Enum []string `json:"enum"`
+						} `json:"code"`
+					} `json:"properties"`
+				} `json:"Error"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if got := doc.Components.Schemas.Error.Properties.Code.Enum; !slices.Equal(got, api.Codes()) {
+		t.Fatalf("openapi.json error codes %v, want api.Codes() %v", got, api.Codes())
 	}
 }
 

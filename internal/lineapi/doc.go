@@ -29,11 +29,29 @@
 // Every request's context carries its connection's peer uid (Peer), so the
 // handler can restrict ops such as shutdown.
 //
+// # Limits
+//
+// Serve admits at most Limits.MaxConns connections at once, and
+// Limits.MaxConnsPerUID of one peer uid; the defaults (DefaultLimits) leave
+// a reserve of RLIMIT_NOFILE to the FUSE servers and the stores. A
+// connection past a cap gets one {"code":"limit"} error line and is closed
+// at once, from the accept loop. A connection with no request in flight and
+// no watch is closed after Limits.IdleTimeout, with a limit line saying so
+// (the deadline runs while the server waits for a request line, and while
+// it writes a reply). When accept fails for want of descriptors, the server
+// frees a spare descriptor to accept and refuse one waiting connection and
+// backs off (5 ms doubling to 1 s), so it neither spins nor leaves clients
+// hanging. A connection holds a 4 KiB read buffer (longer lines are gathered
+// by readLine); write buffers come from a pool, held only while a reply is
+// written. After a flood subsides (an eighth of a peak of 256 or more) one
+// goroutine of Serve returns the freed memory to the OS.
+//
 // # Lifecycle and goroutines
 //
-// Server.Serve owns the listener and one goroutine per connection (plus one
-// reader per watch stream); it closes the listener and every connection when
-// its ctx ends and returns only after all of them have exited. A request's
+// Server.Serve owns the listener, one goroutine per connection (plus one
+// reader per watch stream) and the scavenger; it closes the listener and
+// every connection when its ctx ends and returns only after all of them
+// have exited. A request's
 // context is the connection's, cancelled when the server stops; a panic in
 // the Handler is recovered and answered as internal.
 package lineapi

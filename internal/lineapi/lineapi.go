@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -46,11 +47,23 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxLineBytes bounds a request line; 0 means DefaultMaxLineBytes.
 	MaxLineBytes int
+	// MaxConns bounds the connections served at once, MaxConnsPerUID those
+	// of one peer uid; past either a new connection gets one "limit" error
+	// line and is closed. 0 means the default of DefaultLimits, derived
+	// from RLIMIT_NOFILE so that a reserve of descriptors is always left
+	// to the FUSE servers and the stores.
+	MaxConns, MaxConnsPerUID int
+	// IdleTimeout closes a connection that has had no request in flight
+	// and no watch for this long, with a "limit" error line (a request
+	// line must also arrive within it, and a reply be taken within it).
+	// 0 means DefaultIdleTimeout; negative, never.
+	IdleTimeout time.Duration
 }
 
 // Server serves the JSON-lines protocol.
 type Server struct {
 	cfg Config
+	lim Limits
 	log *slog.Logger
 }
 
@@ -65,12 +78,36 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxLineBytes == 0 {
 		cfg.MaxLineBytes = DefaultMaxLineBytes
 	}
+	if cfg.MaxConns < 0 || cfg.MaxConnsPerUID < 0 {
+		return nil, fmt.Errorf("lineapi: Config.MaxConns %d and MaxConnsPerUID %d must not be negative", cfg.MaxConns, cfg.MaxConnsPerUID)
+	}
+	nofile, err := NoFile()
+	if err != nil {
+		return nil, err
+	}
+	lim := DefaultLimits(nofile, cfg.AllowUIDs != nil)
+	if cfg.MaxConns > 0 {
+		lim.MaxConns, lim.MaxConnsPerUID = cfg.MaxConns, cfg.MaxConns
+		if cfg.AllowUIDs != nil {
+			lim.MaxConnsPerUID = max(cfg.MaxConns/2, 1)
+		}
+		lim.Reserve = max(int(nofile)-cfg.MaxConns, 0)
+	}
+	if cfg.MaxConnsPerUID > 0 {
+		lim.MaxConnsPerUID = min(cfg.MaxConnsPerUID, lim.MaxConns)
+	}
+	if cfg.IdleTimeout != 0 {
+		lim.IdleTimeout = cfg.IdleTimeout
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, log: log}, nil
+	return &Server{cfg: cfg, lim: lim, log: log}, nil
 }
+
+// Limits returns the connection limits the server enforces.
+func (s *Server) Limits() Limits { return s.lim }
 
 // Run listens on Config.Path and serves until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
@@ -95,7 +132,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer ln.Close()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	cs := newConns(s.lim)
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel() // before wg.Wait: the scavenger ends with the accept loop
+	wg.Go(func() { cs.scavenge(sctx) })
+	sp := newSpare()
+	defer sp.free()
 	backoff := time.Duration(0)
+	var refused int       // connections refused since the last log line
+	var lastLog time.Time // of a refusal or an accept error
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -105,9 +150,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			if errors.Is(err, net.ErrClosed) {
 				return fmt.Errorf("lineapi: listener closed: %w", err)
 			}
+			if outOfFiles(err) {
+				s.drainOne(ln, sp)
+			}
 			// Out of fds and the like: back off as net/http does.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.log.Warn("lineapi: accept", "err", err, "retry_in", backoff)
+			if time.Since(lastLog) >= time.Second {
+				s.log.Warn("lineapi: accept", "err", err, "retry_in", backoff, "open", cs.open())
+				lastLog = time.Now()
+			}
 			select {
 			case <-ctx.Done():
 				return nil
@@ -116,7 +167,40 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			continue
 		}
 		backoff = 0
-		wg.Go(func() { s.serveConn(ctx, c) })
+		uid, known := connUID(c)
+		if reason, err := cs.admit(uid, known); err != nil {
+			refuse(c, err)
+			s.cfg.Metrics.Limited(reason)
+			if refused++; time.Since(lastLog) >= time.Second {
+				s.log.Warn("lineapi: refusing connections", "refused", refused, "last", err)
+				refused, lastLog = 0, time.Now()
+			}
+			continue
+		}
+		s.cfg.Metrics.Conns(1)
+		wg.Go(func() {
+			defer s.cfg.Metrics.Conns(-1)
+			defer cs.release(uid, known)
+			s.serveConn(ctx, c)
+		})
+	}
+}
+
+// drainOne, out of descriptors, frees the spare one to accept a waiting
+// connection and refuse it, then takes the spare back: the client learns
+// why at once, and the backlog drains instead of the accept failing again
+// and again while clients hang.
+func (s *Server) drainOne(ln net.Listener, sp *spare) {
+	dl, ok := ln.(interface{ SetDeadline(time.Time) error })
+	if !ok || !sp.free() {
+		return
+	}
+	defer sp.take()
+	dl.SetDeadline(time.Now().Add(10 * time.Millisecond)) // never wait for a new one
+	defer dl.SetDeadline(time.Time{})
+	if c, err := ln.Accept(); err == nil {
+		refuse(c, api.Errorf(api.ErrLimit, "arbord: out of file descriptors; retry later"))
+		s.cfg.Metrics.Limited(metrics.LimitFDs)
 	}
 }
 
@@ -130,8 +214,12 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { c.Close() }) // unblocks reads and writes at shutdown
 	defer stop()
-	sc := &conn{s: s, br: bufio.NewReaderSize(c, 64<<10), bw: bufio.NewWriterSize(c, 64<<10)}
+	// A small read buffer (a longer line is gathered by readLine) and a
+	// write buffer only while a reply is being written: an idle connection
+	// holds 4 KiB besides its goroutine, so a flood of them costs little.
+	sc := &conn{s: s, nc: c, idle: s.lim.IdleTimeout, br: bufio.NewReaderSize(c, 4<<10)}
 	defer sc.wg.Wait() // after c.Close below (defers run last-in first-out)
+	defer sc.dropWriter()
 	defer c.Close()
 	defer func() {
 		if p := recover(); p != nil {
@@ -153,16 +241,68 @@ func Peer(ctx context.Context) (uid uint32, ok bool) {
 // conn is one connection's state; only its serving goroutine touches br
 // and bw, except the watch reader, which takes br once serve stops reading.
 type conn struct {
-	s  *Server
-	br *bufio.Reader
-	bw *bufio.Writer
-	wg sync.WaitGroup // the watch reader
+	s    *Server
+	nc   net.Conn
+	idle time.Duration // <0: no idle timeout
+	br   *bufio.Reader
+	bw   *bufio.Writer  // nil unless a reply is being written (see writer)
+	wg   sync.WaitGroup // the watch reader
+}
+
+// writers holds the write buffers of the connections not writing.
+var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 32<<10) }}
+
+// writer returns the connection's write buffer, taking one if need be.
+func (c *conn) writer() *bufio.Writer {
+	if c.bw == nil {
+		c.bw = writers.Get().(*bufio.Writer)
+		c.bw.Reset(c.nc)
+	}
+	return c.bw
+}
+
+// flush sends what is buffered and gives the buffer back.
+func (c *conn) flush() error {
+	if c.bw == nil {
+		return nil
+	}
+	if err := c.bw.Flush(); err != nil {
+		return err
+	}
+	c.dropWriter()
+	return nil
+}
+
+func (c *conn) dropWriter() {
+	if c.bw != nil {
+		c.bw.Reset(nil)
+		writers.Put(c.bw)
+		c.bw = nil
+	}
+}
+
+// deadline sets the connection's read or write deadline to the idle
+// timeout from now (or none when it has none).
+func (c *conn) deadline(set func(time.Time) error) {
+	if c.idle > 0 {
+		set(time.Now().Add(c.idle))
+	}
 }
 
 // serve reads requests and writes replies until the stream ends.
 func (c *conn) serve(ctx context.Context) {
 	for {
+		// Nothing is in flight while serve waits here: the idle timeout
+		// runs (a request line must arrive whole within it).
+		c.deadline(c.nc.SetReadDeadline)
 		line, err := readLine(c.br, c.s.cfg.MaxLineBytes)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// Whatever part of a line came is not served: say why.
+			c.write(errorResponse(api.Errorf(api.ErrLimit, "arbord: closing the connection after %v with no request (the idle timeout); reconnect to go on", c.idle)))
+			c.flush()
+			c.s.cfg.Metrics.Limited(metrics.LimitIdle)
+			return
+		}
 		if errors.Is(err, errLineTooLong) {
 			c.s.cfg.Metrics.Observe(metrics.FaceLine, metrics.OpUnknown, api.CodeBadRequest, 0)
 			if c.reply(errorResponse(api.Errorf(api.ErrBadRequest, "request line longer than %d bytes", c.s.cfg.MaxLineBytes))) != nil {
@@ -248,7 +388,9 @@ func (c *conn) watch(ctx context.Context, req api.Request, start time.Time) bool
 	if c.reply(snap) != nil {
 		return false
 	}
-	// The client ends the stream by closing: read (and drop) its input.
+	// The client ends the stream by closing: read (and drop) its input. A
+	// watch is never idle.
+	c.nc.SetReadDeadline(time.Time{})
 	c.wg.Go(func() {
 		io.Copy(io.Discard, c.br)
 		cancel()
@@ -265,7 +407,7 @@ func (c *conn) watch(ctx context.Context, req api.Request, start time.Time) bool
 				return false
 			}
 			if len(events) == 0 {
-				if c.bw.Flush() != nil {
+				if c.flush() != nil {
 					return false
 				}
 			}
@@ -284,7 +426,7 @@ func (c *conn) reply(resp api.Response) error {
 			return nil
 		}
 	}
-	return c.bw.Flush()
+	return c.flush()
 }
 
 func (c *conn) write(resp api.Response) error {
@@ -293,7 +435,10 @@ func (c *conn) write(resp api.Response) error {
 		b, _ = json.Marshal(errorResponse(api.Errorf(api.ErrInternal, "encoding reply: %v", err)))
 	}
 	b = append(b, '\n')
-	_, err = c.bw.Write(b)
+	// A reply the client does not take within the idle timeout ends the
+	// connection: a client that never reads must not hold a slot forever.
+	c.deadline(c.nc.SetWriteDeadline)
+	_, err = c.writer().Write(b)
 	return err
 }
 

@@ -14,6 +14,9 @@
 //
 //	arbor_requests_total{face,op,code}            counter
 //	arbor_operation_duration_seconds{op}          histogram (face-measured)
+//	arbor_line_connections                        gauge
+//	arbor_line_connections_limited_total{reason}  counter, reason = max_conns |
+//	                                              max_conns_per_uid | out_of_fds | idle
 //	arbor_trees                                   gauge
 //	arbor_tree_nodes{tree,state}                  gauge
 //	arbor_tree_usage_bytes{tree,kind}             gauge, kind = ram | disk

@@ -62,7 +62,17 @@ type Metrics struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	conns    prometheus.Gauge
+	limited  *prometheus.CounterVec
 }
+
+// The reasons of arbor_line_connections_limited_total.
+const (
+	LimitConns  = "max_conns"         // the connection cap
+	LimitPerUID = "max_conns_per_uid" // the per-uid cap
+	LimitFDs    = "out_of_fds"        // accept failed for want of descriptors
+	LimitIdle   = "idle"              // closed after the idle timeout
+)
 
 // New builds a Metrics with its own registry.
 func New(cfg Config) (*Metrics, error) {
@@ -81,8 +91,16 @@ func New(cfg Config) (*Metrics, error) {
 			Help:    "Time to serve an operation, measured at the face around the engine call.",
 			Buckets: buckets,
 		}, []string{"op"}),
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "arbor_line_connections",
+			Help: "Connections open on the JSON-lines socket.",
+		}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "arbor_line_connections_limited_total",
+			Help: "Connections of the JSON-lines socket refused or closed by a limit, by reason (max_conns, max_conns_per_uid, out_of_fds, idle).",
+		}, []string{"reason"}),
 	}
-	cs := []prometheus.Collector{m.requests, m.duration, treeCollector{cfg.Gauges}}
+	cs := []prometheus.Collector{m.requests, m.duration, m.conns, m.limited, treeCollector{cfg.Gauges}}
 	if !cfg.NoRuntime {
 		cs = append(cs, collectors.NewGoCollector(),
 			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -106,6 +124,20 @@ func (m *Metrics) Observe(face, op, code string, d time.Duration) {
 	}
 	m.requests.WithLabelValues(face, op, code).Inc()
 	m.duration.WithLabelValues(op).Observe(d.Seconds())
+}
+
+// Conns records a connection opened (+1) or closed (-1).
+func (m *Metrics) Conns(delta int) {
+	if m != nil {
+		m.conns.Add(float64(delta))
+	}
+}
+
+// Limited records a connection refused or closed by a limit (Limit*).
+func (m *Metrics) Limited(reason string) {
+	if m != nil {
+		m.limited.WithLabelValues(reason).Inc()
+	}
 }
 
 // Registry returns the private registry, for callers that add their own

@@ -260,6 +260,15 @@ func TestPersistence(t *testing.T) {
 	if strings.Join(res.Stale, ",") != "x,z,z1" {
 		t.Errorf("stale after committing y: %v", res.Stale)
 	}
+	// Commit is leaf-only: p's stale children are aborted first.
+	if _, err := f.s.Commit("p", true); !errors.Is(err, api.ErrState) {
+		t.Errorf("commit of p with children x, z: %v, want ErrState", err)
+	}
+	for _, n := range []string{"x", "z"} {
+		if err := f.s.Abort(n); err != nil {
+			t.Fatal(err)
+		}
+	}
 	f.commit("p", true)
 	for path, want := range map[string]string{"a": "pa", "b": "ENOENT", "d": "ENOENT", "d2/x": "x0", "d2/e/y": "y0", "ydir/f": "y", "x": "ENOENT"} {
 		if got := f.baseRead(path); got != want {

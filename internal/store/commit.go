@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/arbor-dev/arbor/api"
@@ -54,6 +55,17 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 	}
 	if c.stale {
 		return CommitResult{}, api.Errorf(api.ErrStale, "commit %s: the branch is stale (a sibling committed first); abort it", child)
+	}
+	if len(c.kids) > 0 {
+		// Commit is leaf-only (as in BranchFS and the engine's trees): the
+		// children forked from c's state would be orphaned or made stale by
+		// a commit of c, losing their changes without a word.
+		names := make([]string, len(c.kids))
+		for i, k := range c.kids {
+			names[i] = k.Name
+		}
+		sort.Strings(names)
+		return CommitResult{}, fmt.Errorf("%w: %w", api.Errorf(api.ErrState, "commit %s: it has children %s; commit or abort them first (commit is leaf-only)", child, strings.Join(names, ", ")), syscall.EBUSY)
 	}
 	p, err := s.branch(c.Parent)
 	if err != nil {

@@ -172,7 +172,8 @@ func TestCommitAfterParentChanged(t *testing.T) {
 }
 
 // TestStaleAfterCommit: a commit makes the siblings and their descendants
-// stale, not the parent's other relatives.
+// stale, not the parent's other relatives. Commit is leaf-only: a branch
+// with children is refused, naming them, and nothing changes.
 func TestStaleAfterCommit(t *testing.T) {
 	f := newFixture(t, isoBase)
 	f.fork(Main, "p", "q")
@@ -182,12 +183,32 @@ func TestStaleAfterCommit(t *testing.T) {
 	f.fork("b", "b1")
 	f.fork("b1", "b11")
 	f.write(f.br("a"), "a", "a")
-	f.fork("a", "a1")
-	res := f.commit("a", false)
-	if res.Parent != "p" || strings.Join(res.Stale, ",") != "a1,b,b1,b11" {
-		t.Fatalf("commit result %+v, want parent p and stale a1,b,b1,b11", res)
+	f.fork("a", "a1", "a2")
+	f.write(f.br("a1"), "a1", "a1")
+	_, err := f.s.Commit("a", false)
+	if !errors.Is(err, api.ErrState) || !errors.Is(err, syscall.EBUSY) || !strings.Contains(err.Error(), "a1, a2") {
+		t.Fatalf("commit of a with children a1, a2: %v, want ErrState (EBUSY) naming them", err)
 	}
-	for name, want := range map[string]bool{"p": false, "q": false, "b": true, "b1": true, "b11": true, "a1": true} {
+	for _, n := range []string{"a", "a1", "a2", "b"} {
+		if f.s.IsStale(f.br(n)) {
+			t.Fatalf("%s is stale after a refused commit", n)
+		}
+	}
+	if got := f.read(f.br("a1"), "a1"); got != "a1" {
+		t.Fatalf("a1 after a refused commit reads %q", got)
+	}
+	f.commit("a1", false) // into a: a2 stale
+	if err := f.s.Abort("a2"); err != nil {
+		t.Fatal(err)
+	}
+	res := f.commit("a", false)
+	if res.Parent != "p" || strings.Join(res.Stale, ",") != "b,b1,b11" {
+		t.Fatalf("commit result %+v, want parent p and stale b,b1,b11", res)
+	}
+	if got := f.read(f.br("p"), "a1"); got != "a1" {
+		t.Fatalf("p reads a1 = %q after a1 committed into a and a into p", got)
+	}
+	for name, want := range map[string]bool{"p": false, "q": false, "b": true, "b1": true, "b11": true} {
 		if got := f.s.IsStale(f.br(name)); got != want {
 			t.Errorf("%s stale = %v, want %v", name, got, want)
 		}
@@ -208,7 +229,7 @@ func TestStaleAfterCommit(t *testing.T) {
 	}
 	// A commit into main makes every other branch stale.
 	res = f.commit("p", true)
-	if strings.Join(res.Stale, ",") != "q" { // a1 was stale already
+	if strings.Join(res.Stale, ",") != "q" {
 		t.Errorf("commit into main: newly stale %v, want q", res.Stale)
 	}
 	if got := f.baseRead("a"); got != "a" {
@@ -273,17 +294,15 @@ func TestRequestErrors(t *testing.T) {
 	}
 }
 
-// TestNameReuse: a name freed by a commit can be forked again; the stale
-// children of the committed branch do not become the new branch's.
+// TestNameReuse: a name freed by a commit can be forked again, and starts
+// with no children.
 func TestNameReuse(t *testing.T) {
 	f := newFixture(t, isoBase)
 	f.fork(Main, "c")
 	f.write(f.br("c"), "c", "old")
 	f.fork("c", "c1")
+	f.commit("c1", false)
 	f.commit("c", false)
-	if !f.s.IsStale(f.br("c1")) {
-		t.Fatalf("c1 is not stale after its parent committed")
-	}
 	f.fork(Main, "c")
 	for _, when := range []string{"live", "after reopen"} {
 		if got := f.s.Subtree("c"); strings.Join(got, ",") != "c" {
@@ -299,7 +318,7 @@ func TestNameReuse(t *testing.T) {
 	if err := f.s.Abort("c"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.s.Branch("c1"); err != nil {
-		t.Errorf("abort of the new c dropped the old c's child: %v", err)
+	if got := f.s.Branches(); len(got) != 1 || got[0].Name != Main {
+		t.Errorf("after aborting the new c: %v, want only main", got)
 	}
 }

@@ -120,6 +120,20 @@ func copyNode(src, dst string, st *unix.Stat_t) error {
 	return copyMeta(src, dst, st)
 }
 
+// copyEmpty makes dst an empty regular file with src's metadata.
+func copyEmpty(src, dst string, st *unix.Stat_t) error {
+	fd, err := unix.Open(dst, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	unix.Close(fd)
+	if err := copyMeta(src, dst, st); err != nil {
+		os.Remove(dst)
+		return err
+	}
+	return nil
+}
+
 func copyData(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {

@@ -37,7 +37,10 @@
 // journal in bbolt (written, and fsynced when durable, before the first
 // change; replayed at Open), in time proportional to the change. After a
 // commit every other branch under the parent is stale: its operations fail
-// with ESTALE until it is aborted.
+// with ESTALE until it is aborted. Commit is leaf-only (as in BranchFS and in
+// the engine's trees): a branch with children, live or stale, is refused
+// with api.ErrState and EBUSY naming them, so no descendant's changes are
+// ever dropped or orphaned by its parent's commit.
 //
 // Abort drops the branch and its subtree from the metadata at once; layers no
 // branch references are removed in the background and at Open.
@@ -46,9 +49,27 @@
 // directory: path operations that only read take it shared, every mutation
 // takes it exclusively, so a reader sees a commit all or not at all.
 //
+// Disk. The store counts what its layers allocate on disk (st_blocks, as du
+// does) and can be given a limit (a tree's disk budget): see disk.go for
+// how the figures stay current under FUSE passthrough and where the limit
+// is enforced. Why this design: a limit the kernel enforces (a project quota
+// per store on XFS or ext4 with prjquota, or a filesystem of the budget's
+// size under the layers) would also stop passthrough writers exactly, but
+// needs a filesystem feature the host may not have (the build machine's ext4
+// is mounted without quotas, and its kernel has no XFS quota), a privileged
+// daemon, and, for a loop filesystem, gives up renames between
+// the layers and the base (a commit into main would copy). Counting blocks
+// in the daemon works on any filesystem and costs the hot path nothing: a
+// passthrough writer is never slowed, and the daemon serves writers itself
+// only near the limit, where being exact matters.
+//
 // Sharp edges. Names beginning ".wh." cannot be created (EINVAL). Renaming a
 // directory that came from a lower layer copies its subtree up (overlayfs
 // would need redirect_dir). Writes made to the base directory behind Arbor's
 // back while it is mounted are not isolated. A hard link in a lower layer is
-// split when one of its names is copied up.
+// split when one of its names is copied up. A file opened for writing with
+// passthrough while the store had room under its limit is not stopped by
+// it: it is counted within SampleEvery, and only then is everything else
+// refused. A file with several names in a layer (or preserved into several
+// snapshots as links) is counted once for each name.
 package store

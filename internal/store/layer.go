@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -31,10 +32,16 @@ type layer struct {
 	depth int
 	dir   string
 	paths map[string]struct{} // the paths it has index entries for
-	bytes int64               // bytes of regular files it holds, for quotas
-	made  bool                // its directory exists
-	mark  uint64              // reclaimLocked's stamp: in use at its last marking
-	refs  int                 // live branches holding it (see hold)
+	bytes int64               // bytes of regular files it holds (their sizes), for quotas
+	// alloc is the allocated size (st_blocks) of each file and directory it
+	// holds, as last measured, and held their sum plus its own directory's:
+	// what it costs on disk, for the store's limit (see disk.go).
+	alloc     map[string]int64
+	held      int64
+	rootAlloc int64  // its own directory's share of held
+	made      bool   // its directory exists
+	mark      uint64 // reclaimLocked's stamp: in use at its last marking
+	refs      int    // live branches holding it (see hold)
 	// kept records the files moved or copied here at a fork because a
 	// writer held them open, with their signature then (see keepWriters).
 	kept map[string]fileSig
@@ -97,6 +104,7 @@ func (s *Store) indexLayer(l *layer) error {
 			return err
 		}
 		if p == l.dir {
+			s.accountRoot(l)
 			if _, err := os.Lstat(filepath.Join(p, opqMarker)); err == nil {
 				s.put(l, "", kDir, true, 0)
 			}
@@ -112,15 +120,22 @@ func (s *Store) indexLayer(l *layer) error {
 			s.put(l, joinRel(dir, name[len(whPrefix):]), kWhiteout, false, 0)
 		case d.IsDir():
 			_, err := os.Lstat(filepath.Join(p, opqMarker))
-			s.put(l, rel, kDir, err == nil, 0)
+			s.putAlloc(l, rel, kDir, err == nil, 0, allocOf(d))
 		default:
 			ino := readIno(p)
-			s.put(l, rel, kFile, false, ino)
+			fi, err := d.Info()
+			var alloc int64
+			if err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					alloc = st.Blocks * 512
+				}
+				if fi.Mode().IsRegular() {
+					l.bytes += fi.Size()
+				}
+			}
+			s.putAlloc(l, rel, kFile, false, ino, alloc)
 			if nl := readXattrUint(p, nlinkXattr); nl > 1 && ino != 0 {
 				s.addLink(l, ino, rel, uint32(nl))
-			}
-			if fi, err := d.Info(); err == nil && fi.Mode().IsRegular() {
-				l.bytes += fi.Size()
 			}
 		}
 		return nil
@@ -161,8 +176,14 @@ func (s *Store) linkCopyIn(l *layer, ino uint64) (linkCopy, bool) {
 	return lc, true
 }
 
-// put sets rel's entry in layer l.
+// put sets rel's entry in layer l, measuring what it allocates there.
 func (s *Store) put(l *layer, rel string, k kind, opaque bool, ino uint64) {
+	s.putAlloc(l, rel, k, opaque, ino, s.measure(l, rel, k))
+}
+
+// putAlloc is put with the allocated size already known.
+func (s *Store) putAlloc(l *layer, rel string, k kind, opaque bool, ino uint64, alloc int64) {
+	s.setAlloc(l, rel, alloc)
 	es := s.index[rel]
 	for i := range es {
 		if es[i].l == l {
@@ -185,6 +206,7 @@ func (s *Store) drop(l *layer, rel string) {
 			es[i] = es[len(es)-1]
 			es = es[:len(es)-1]
 			delete(l.paths, rel)
+			s.setAlloc(l, rel, 0)
 			if len(es) == 0 {
 				delete(s.index, rel)
 			} else {
@@ -221,17 +243,24 @@ func (s *Store) unindexLayer(l *layer) {
 	for p := range l.paths {
 		s.drop(l, p)
 	}
+	s.used -= l.held // its own directory's blocks: all that is left
+	l.held, l.rootAlloc = 0, 0
 }
 
-// ensureDir makes the layer's directory at its first write.
-func (l *layer) ensureDir() error {
+// ensureDir makes layer l's directory at its first write, if the store's
+// limit has room for it.
+func (s *Store) ensureDir(l *layer) error {
 	if l.made {
 		return nil
+	}
+	if err := s.fits(dirBlock); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return err
 	}
 	l.made = true
+	s.accountRoot(l)
 	return nil
 }
 

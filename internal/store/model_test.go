@@ -371,6 +371,18 @@ func TestModel(t *testing.T) {
 				if name == Main {
 					continue
 				}
+				if len(m.subtree(name)) > 1 {
+					// Commit is leaf-only: refused, and nothing changes.
+					_, err := f.s.Commit(name, step%2 == 0)
+					want := api.ErrState
+					if mb.stale {
+						want = api.ErrStale
+					}
+					if !errors.Is(err, want) {
+						rt.Fatalf("commit of %s, which has children: %v, want %v", name, err, want)
+					}
+					continue
+				}
 				pm := m.br[mb.parent]
 				ok := pm != nil && !pm.stale && pm.ver == mb.forkVer
 				either := ok && pm.holds != mb.forkHolds
@@ -389,8 +401,8 @@ func TestModel(t *testing.T) {
 				}
 				pm.files = mb.files
 				pm.ver++
-				// Every other branch under the parent (all of them, for main),
-				// the committed child's own subtree included, is stale.
+				// Every other branch under the parent (all of them, for main)
+				// is stale.
 				for _, n := range m.subtree(mb.parent) {
 					if n != mb.parent {
 						m.br[n].stale = true

@@ -70,6 +70,11 @@ func (s *Store) preserve(rel string, subtree bool) error {
 		if err := s.ensureParentIn(o, rel); err != nil {
 			return err
 		}
+		if exists && first == "" && !(st.Mode&unix.S_IFMT == unix.S_IFDIR && subtree) {
+			if err := s.fits(copyCost(&st)); err != nil {
+				return err
+			}
+		}
 		dst := o.real(rel)
 		switch {
 		case !exists:
@@ -120,6 +125,9 @@ func (s *Store) preserve(rel string, subtree bool) error {
 func (s *Store) preserveTree(o *layer, rel string, st *unix.Stat_t) error {
 	real, dst := s.base+"/"+rel, o.real(rel)
 	if _, ok := s.get(o, rel); !ok {
+		if err := s.fits(dirBlock); err != nil {
+			return err
+		}
 		if err := copyNode(real, dst, st); err != nil {
 			return err
 		}
@@ -151,6 +159,9 @@ func (s *Store) preserveTree(o *layer, rel string, st *unix.Stat_t) error {
 			}
 			s.put(o, c, kDir, true, 0)
 		default:
+			if err := s.fits(copyCost(&cst)); err != nil {
+				return err
+			}
 			if err := copyNode(real+"/"+d.name, o.real(c), &cst); err != nil {
 				return err
 			}
@@ -176,7 +187,7 @@ func touch(p string) error {
 // ensureParentIn makes rel's parent directories in layer l, with the
 // metadata of the base's directories (used for snapshots of main).
 func (s *Store) ensureParentIn(l *layer, rel string) error {
-	if err := l.ensureDir(); err != nil {
+	if err := s.ensureDir(l); err != nil {
 		return err
 	}
 	dir, _ := splitRel(rel)
@@ -196,6 +207,9 @@ func (s *Store) ensureParentIn(l *layer, rel string) error {
 		if err := unix.Lstat(s.base+"/"+p, &st); err != nil {
 			return err
 		}
+		if err := s.fits(dirBlock); err != nil {
+			return err
+		}
 		if err := copyNode(s.base+"/"+p, l.real(p), &st); err != nil {
 			return err
 		}
@@ -210,6 +224,8 @@ func (s *Store) whiteout(l *layer, rel string) error {
 		return err
 	}
 	s.put(l, rel, kWhiteout, false, 0)
+	dir, _ := splitRel(rel)
+	s.remeasureDir(l, dir)
 	return nil
 }
 
@@ -242,6 +258,13 @@ func (s *Store) SetWritable(name string, writable bool) error {
 // copyUp makes rel present in b's head and returns its real path there. For
 // main it preserves rel for the snapshots and returns the base path.
 func (s *Store) copyUp(b *Branch, rel string) (string, error) {
+	return s.copyUpFor(b, rel, false)
+}
+
+// copyUpFor is copyUp; with trunc (an open with O_TRUNC) a regular file
+// with one name is copied up without its data, which the open discards: it
+// costs no disk and no time in its size.
+func (s *Store) copyUpFor(b *Branch, rel string, trunc bool) (string, error) {
 	if err := writableBranch(b); err != nil {
 		return "", err
 	}
@@ -269,8 +292,14 @@ func (s *Store) copyUp(b *Branch, rel string) (string, error) {
 	if err := unix.Lstat(res.Real, &st); err != nil {
 		return "", err
 	}
-	if b.Quota > 0 && st.Mode&unix.S_IFMT == unix.S_IFREG && s.usage(b)+st.Size > b.Quota {
+	empty := trunc && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1
+	if !empty && b.Quota > 0 && st.Mode&unix.S_IFMT == unix.S_IFREG && s.usage(b)+st.Size > b.Quota {
 		return "", syscall.ENOSPC
+	}
+	if !empty {
+		if err := s.fits(copyCost(&st)); err != nil {
+			return "", err
+		}
 	}
 	dst := h.real(rel)
 	k, ino := kFile, res.Ino
@@ -296,19 +325,32 @@ func (s *Store) copyUp(b *Branch, rel string) (string, error) {
 		s.put(h, rel, kFile, false, ino)
 		return dst, nil
 	}
-	if err := copyNode(res.Real, dst, &st); err != nil {
+	copy := copyNode
+	if empty {
+		copy = copyEmpty
+	}
+	if err := copy(res.Real, dst, &st); err != nil {
 		return "", err
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		k, ino = kDir, 0
 	} else {
 		setIno(dst, ino)
-		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && !empty {
 			h.bytes += st.Size
 		}
 	}
 	s.put(h, rel, k, false, ino)
 	return dst, nil
+}
+
+// copyCost is what a copy of the object st describes allocates: a
+// directory is made empty, a file keeps its holes (copyNode).
+func copyCost(st *unix.Stat_t) int64 {
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return dirBlock
+	}
+	return st.Blocks * 512
 }
 
 // CopyUp makes rel writable in b (see copyUp).
@@ -320,7 +362,7 @@ func (s *Store) CopyUp(b *Branch, rel string) (string, error) {
 
 // ensureParent copies rel's parent directories up into b's head.
 func (s *Store) ensureParent(b *Branch, rel string) error {
-	if err := b.head().ensureDir(); err != nil {
+	if err := s.ensureDir(b.head()); err != nil {
 		return err
 	}
 	dir, _ := splitRel(rel)
@@ -400,6 +442,13 @@ func (s *Store) create(b *Branch, rel string, dir bool, mk func(real string) err
 	if err := s.ensureParent(b, rel); err != nil {
 		return err
 	}
+	cost := int64(0)
+	if dir {
+		cost = dirBlock
+	}
+	if err := s.fits(cost); err != nil {
+		return err
+	}
 	h := b.head()
 	hadWhiteout := false
 	if e, ok := s.get(h, rel); ok && e.kind == kWhiteout {
@@ -425,6 +474,7 @@ func (s *Store) create(b *Branch, rel string, dir bool, mk func(real string) err
 		k = kDir
 	}
 	s.put(h, rel, k, opaque, 0)
+	s.remeasureDir(h, parent)
 	return nil
 }
 
@@ -567,7 +617,7 @@ func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create b
 		if res, err = s.resolve(b, rel, len(b.chain)); err != nil {
 			return -1, Res{}, err
 		}
-		if res.Real, err = s.copyUp(b, rel); err != nil {
+		if res.Real, err = s.copyUpFor(b, rel, flags&unix.O_TRUNC != 0); err != nil {
 			return -1, Res{}, err
 		}
 		res.Lower, res.Depth = false, len(b.chain)

@@ -207,11 +207,17 @@ func (s *Store) Writing(real string) bool {
 	return s.writers[real] > 0
 }
 
-// CloseWrite undoes OpenWrite.
+// CloseWrite undoes OpenWrite, and measures what the file allocates now
+// (its writes may have been passthrough: see disk.go).
 func (s *Store) CloseWrite(real string) {
+	var st unix.Stat_t
+	measured := unix.Lstat(real, &st) == nil
 	s.mu.Lock()
 	if s.writers[real]--; s.writers[real] <= 0 {
 		delete(s.writers, real)
+	}
+	if measured {
+		s.record(real, st.Blocks*512)
 	}
 	s.mu.Unlock()
 }

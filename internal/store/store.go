@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/arbor-dev/arbor/api"
 	bolt "go.etcd.io/bbolt"
@@ -28,6 +29,9 @@ type Config struct {
 	Dir    string
 	Base   string
 	Logger *slog.Logger
+	// SampleEvery is how often the files open for writing are measured
+	// (see disk.go); 0 means DefaultSampleEvery.
+	SampleEvery time.Duration
 }
 
 // Store is the branches of one base directory.
@@ -37,19 +41,27 @@ type Store struct {
 	log       *slog.Logger
 	db        *bolt.DB
 
-	mu       sync.RWMutex // guards everything below, the index and every layer directory
-	branches map[string]*Branch
-	layers   map[uint64]*layer
-	index    map[string][]entry // relative path -> the layers that hold it
-	writers  map[string]int     // real path -> descriptors open for writing on it
-	nlinks   int                // link copies in all layers (0: resolve skips the look-up)
-	nextID   uint64
-	markGen  uint64 // the stamp of reclaimLocked's last marking (layer.mark)
+	mu        sync.RWMutex // guards everything below, the index and every layer directory
+	branches  map[string]*Branch
+	layers    map[uint64]*layer
+	index     map[string][]entry // relative path -> the layers that hold it
+	writers   map[string]int     // real path -> descriptors open for writing on it
+	nlinks    int                // link copies in all layers (0: resolve skips the look-up)
+	nextID    uint64
+	markGen   uint64 // the stamp of reclaimLocked's last marking (layer.mark)
+	used      int64  // bytes every layer holds on disk (see disk.go)
+	reserved  int64  // bytes reserved by writes in flight (Reserve)
+	limit     int64  // the most used may reach (0: none)
+	overLimit bool   // used > limit at the last sample (logged once per passing)
 
 	dlMu     sync.Mutex       // guards dirLinks; taken with mu held
 	dirLinks map[dlKey]uint32 // link counts of merged directories (see DirLinks)
 
 	gc sync.WaitGroup // background reclaim of dropped layers
+
+	stopSampler chan struct{} // closed by Close
+	sampling    sync.WaitGroup
+	closeOnce   sync.Once
 
 	watch watchers // see Watch
 }
@@ -148,13 +160,26 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.reclaim()
+	every := cfg.SampleEvery
+	if every <= 0 {
+		every = DefaultSampleEvery
+	}
+	s.stopSampler = make(chan struct{})
+	s.sampling.Go(func() { s.sampler(every, s.stopSampler) })
 	return s, nil
 }
 
-// Close waits for background reclaim and closes the metadata.
+// Close stops the sampler, waits for background reclaim and closes the
+// metadata.
 func (s *Store) Close() error {
-	s.gc.Wait()
-	return s.db.Close()
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.stopSampler)
+		s.sampling.Wait()
+		s.gc.Wait()
+		err = s.db.Close()
+	})
+	return err
 }
 
 // Base is the base directory.

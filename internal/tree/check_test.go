@@ -63,6 +63,13 @@ var sentinels = []error{api.ErrBadRequest, api.ErrNotFound, api.ErrExists, api.E
 func run(tb fataler, t *Tree, now time.Time, s step) (*Plan, error) {
 	before := t.Clone()
 	p, err := plan(t, now, s)
+	if n, ok := before.Node(s.node); ok && s.verb == "commit" && len(n.Children) > 0 {
+		// Commit is leaf-only: a node with children is refused (naming
+		// them), so no descendant is ever dropped or orphaned by it.
+		if err == nil || !(errors.Is(err, api.ErrState) || errors.Is(err, api.ErrStale)) {
+			tb.Fatalf("%+v: commit of a node with children %v = %v, want a refusal (bad_state)", s, n.Children, err)
+		}
+	}
 	if err != nil {
 		// Refusal: nothing changed, and the error says why in api terms.
 		if !equal(before, t) {

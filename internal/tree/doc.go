@@ -42,7 +42,11 @@
 //     cannot fit even after suspending every candidate is refused with
 //     api.ErrBudget and a message with the arithmetic, e.g. "fork 3 children
 //     from n1: live nodes 7+3 > max 8; evictable 1 (...)". Eviction frees no
-//     disk, so a verb that would exceed the disk budget is refused outright.
+//     disk, so a verb that would exceed the disk budget is refused outright:
+//     a fork needs each new node's expected disk (Cost.DiskBytes) free on top
+//     of the disk the nodes hold as last measured (SetUsage; the engine
+//     measures just before it plans a fork), e.g. "fork 1 child from n2:
+//     disk 995328+8192 > max 1000000 bytes; eviction frees no disk".
 //     PlanAutoEvict is never refused.
 //   - Usage measured later (SetUsage) is never refused; the next eviction
 //     pass acts on it.

@@ -403,3 +403,35 @@ func TestEqual(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskBudgetMessage: a fork that the measured disk usage leaves no room
+// for is refused with the arithmetic and changes nothing; with room it fits.
+func TestDiskBudgetMessage(t *testing.T) {
+	tr, _ := New(api.Budget{MaxDiskBytes: 1_000_000}, t0)
+	p, err := tr.PlanFork(t0, "n1", []string{"child"}, Cost{DiskBytes: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	child := p.Created[0]
+	if err := tr.SetUsage(child, 0, 995_328); err != nil {
+		t.Fatal(err)
+	}
+	before := tr.Clone()
+	_, err = tr.PlanFork(t0, child, []string{"again"}, Cost{DiskBytes: 8192})
+	want := "fork 1 child from " + child + ": disk 995328+8192 > max 1000000 bytes; eviction frees no disk"
+	if !errors.Is(err, api.ErrBudget) || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("fork of a full tree: %v, want %q", err, want)
+	}
+	if !equal(before, tr) {
+		t.Fatal("a refused fork changed the tree")
+	}
+	if err := tr.SetUsage(child, 0, 991_808); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.PlanFork(t0, child, []string{"again"}, Cost{DiskBytes: 8192}); err != nil {
+		t.Fatalf("a fork that fits exactly: %v", err)
+	}
+}

@@ -99,8 +99,12 @@ func (t *TreeFiles) SetWritable(name string, writable bool) error {
 	return t.st.SetWritable(name, writable)
 }
 
-// DiskBytes is the bytes the branch's own layers hold.
-func (t *TreeFiles) DiskBytes(name string) int64 { return t.st.DiskBytes(name) }
+// DiskUsage is the bytes each branch's own layers allocate on disk (see
+// store.Store.Held).
+func (t *TreeFiles) DiskUsage() map[string]int64 { return t.st.Held() }
+
+// SetDiskLimit limits what the tree's layers may allocate (store.SetLimit).
+func (t *TreeFiles) SetDiskLimit(max int64) error { return t.st.SetLimit(max) }
 
 // Close unmounts and closes the store.
 func (t *TreeFiles) Close() error {

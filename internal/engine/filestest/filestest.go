@@ -131,8 +131,14 @@ func testIsolation(t *testing.T, ctx context.Context, f engine.Files, _ func() e
 	if bs := branches(t, f); !slices.Equal(bs, []string{"main", "n2", "n3", "n4"}) {
 		t.Fatalf("branches %v", bs)
 	}
-	if f.DiskBytes("n4") < 0 {
-		t.Fatal("negative disk bytes")
+	u := f.DiskUsage()
+	for _, b := range []string{"main", "n2", "n3", "n4"} {
+		if n, ok := u[b]; !ok || n < 0 {
+			t.Fatalf("disk usage of %s: %d, %v (all: %v)", b, n, ok, u)
+		}
+	}
+	if u["n4"] == 0 || u["n3"] == 0 {
+		t.Errorf("disk usage %v: n3 and n4 wrote files and hold nothing", u)
 	}
 }
 

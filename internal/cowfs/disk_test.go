@@ -1,0 +1,112 @@
+package cowfs
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestDiskPassthroughCounted: with room under the store's limit a writer is
+// served by passthrough (its writes reach no request) and its bytes are
+// still counted within a second, while it holds the file open.
+func TestDiskPassthroughCounted(t *testing.T) {
+	st := newStore(t, nil)
+	f, mnt := mountStore(t, st, "", 0)
+	if !f.Passthrough() {
+		t.Skip("no FUSE passthrough (not root)")
+	}
+	if err := st.SetLimit(1 << 30); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Create("b", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.Create(filepath.Join(mnt, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	_, served := f.Served()
+	if _, err := w.Write(make([]byte, 4<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if _, now := f.Served(); now != served {
+		t.Fatalf("%d writes reached the daemon: the writer is not passthrough", now-served)
+	}
+	start := time.Now()
+	for {
+		if used, _ := st.Used(); used >= 4<<20 {
+			if held := st.Held()["b"]; held != used {
+				t.Fatalf("b holds %d of %d bytes", held, used)
+			}
+			break
+		}
+		if time.Since(start) > 1500*time.Millisecond {
+			used, _ := st.Used()
+			t.Fatalf("%v after a 4 MiB passthrough write the store counts %d bytes", time.Since(start), used)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDiskLimitWrites: near the limit a writer is served by the daemon; a
+// write that would pass the limit fails with ENOSPC and leaves the file as
+// it was, even while a passthrough reader holds the same file open.
+func TestDiskLimitWrites(t *testing.T) {
+	st := newStore(t, func(b string) { os.WriteFile(filepath.Join(b, "f"), bytes.Repeat([]byte("a"), 8192), 0o644) })
+	f, mnt := mountStore(t, st, "", 0)
+	if err := f.Create("b", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetLimit(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(mnt, "f")
+	if err := os.Chmod(p, 0o644); err != nil { // b's copy of f: the file both descriptors open
+		t.Fatal(err)
+	}
+	r, err := os.Open(p) // a reader first: passthrough as root
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatalf("open for writing beside a reader, near the limit: %v", err)
+	}
+	defer w.Close()
+	if _, err := w.WriteAt(bytes.Repeat([]byte("b"), 16<<10), 8192); err != nil {
+		t.Fatalf("a write that fits: %v", err)
+	}
+	if _, err := w.WriteAt(bytes.Repeat([]byte("c"), 64<<10), 24<<10); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("a write past the limit: %v, want ENOSPC", err)
+	}
+	want := append(bytes.Repeat([]byte("a"), 8192), bytes.Repeat([]byte("b"), 16<<10)...)
+	got := make([]byte, 128<<10)
+	n, _ := r.ReadAt(got, 0)
+	if !bytes.Equal(got[:n], want) {
+		t.Fatalf("the reader sees %d bytes, want the %d written before ENOSPC", n, len(want))
+	}
+	if d, _ := os.ReadFile(p); !bytes.Equal(d, want) {
+		t.Fatalf("the file holds %d bytes, want %d", len(d), len(want))
+	}
+	if used, limit := st.Used(); used > limit {
+		t.Fatalf("used %d > limit %d", used, limit)
+	}
+	// Metadata that needs room fails too once it is gone; a truncation
+	// that frees gives room back.
+	if _, err := w.WriteAt(bytes.Repeat([]byte("d"), 48<<10), int64(len(want))); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("a second write past the limit: %v", err)
+	}
+	if err := w.Truncate(4096); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt(bytes.Repeat([]byte("e"), 32<<10), 4096); err != nil {
+		t.Fatalf("a write that fits after a truncation freed room: %v", err)
+	}
+}
