@@ -1,8 +1,10 @@
 package cowfs
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,25 +43,56 @@ func TestFusermountCause(t *testing.T) {
 
 // TestFusermountServes: a mount made through fusermount3 (the path of every
 // daemon that is not root) serves files and unmounts, busy refused first.
+// The mount is served from a child process (this test re-run), as the
+// POSIX suite does: a process that serves a FUSE mount must not also use it
+// and spawn programs (fusermount3 -u) at once (go-fuse's Deadlocks note).
 func TestFusermountServes(t *testing.T) {
+	if mnt := os.Getenv("COWFS_FUSERMOUNT_CHILD"); mnt != "" {
+		fusermountChild(t, mnt)
+		return
+	}
+	testenv.NeedFUSE(t)
 	if _, err := exec.LookPath("fusermount3"); err != nil {
 		t.Skip("no fusermount3 on PATH (Debian: apt-get install fuse3)")
 	}
-	st := newStore(t, func(base string) { os.WriteFile(filepath.Join(base, "a.txt"), []byte("a"), 0o644) })
 	mnt := t.TempDir()
-	f, err := Mount(Config{Store: st, Mountpoint: mnt, viaFusermount: true})
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestFusermountServes$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "COWFS_FUSERMOUNT_CHILD="+mnt)
+	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !f.fusermounted {
-		t.Fatal("not mounted through fusermount3")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
 	}
-	done := false
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	// next returns the child's next marker line ("child: ...").
+	next := func() string {
+		for lines.Scan() {
+			if m, ok := strings.CutPrefix(lines.Text(), "child: "); ok {
+				return m
+			}
+		}
+		return "(the child ended)"
+	}
 	t.Cleanup(func() {
-		if !done {
-			f.Unmount(true)
+		in.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("child: %v", err)
+		}
+		if m, ok := fusemount.Find(mnt); ok && m.FSType == "fuse.branchfs" {
+			fusemount.Detach(mnt)
+			t.Error("the child left its mount")
 		}
 	})
+	if m := next(); m != "mounted" {
+		t.Fatalf("child: %s", m)
+	}
 	if b, err := os.ReadFile(filepath.Join(mnt, "a.txt")); err != nil || string(b) != "a" {
 		t.Fatalf("read through the mount: %q, %v", b, err)
 	}
@@ -70,17 +103,55 @@ func TestFusermountServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Unmount(false); !errors.Is(err, api.ErrBusy) {
-		t.Errorf("Unmount with an open directory: %v, want ErrBusy", err)
+	io.WriteString(in, "unmount\n")
+	if m := next(); m != "busy" {
+		t.Errorf("unmount with a directory open: %s, want busy", m)
 	}
 	busy.Close()
-	if err := f.Unmount(false); err != nil {
-		t.Fatalf("Unmount: %v", err)
+	io.WriteString(in, "unmount\n")
+	if m := next(); m != "unmounted" {
+		t.Fatalf("unmount: %s", m)
 	}
-	done = true
 	if _, ok := fusemount.Find(mnt); ok {
 		t.Fatal("still mounted after Unmount")
 	}
+}
+
+// fusermountChild serves a mount through fusermount3 at mnt and unmounts it
+// on each "unmount" line of stdin, answering with a marker line.
+func fusermountChild(t *testing.T, mnt string) {
+	base := t.TempDir()
+	os.WriteFile(filepath.Join(base, "a.txt"), []byte("a"), 0o644)
+	st, err := store.Open(store.Config{Dir: t.TempDir(), Base: base})
+	if err != nil {
+		fmt.Println("child: store:", err)
+		return
+	}
+	defer st.Close()
+	f, err := Mount(Config{Store: st, Mountpoint: mnt, viaFusermount: true})
+	if err != nil {
+		fmt.Println("child: mount:", err)
+		return
+	}
+	if !f.fusermounted {
+		fmt.Println("child: not mounted through fusermount3")
+		f.Unmount(true)
+		return
+	}
+	fmt.Println("child: mounted")
+	cmds := bufio.NewScanner(os.Stdin)
+	for cmds.Scan() {
+		switch err := f.Unmount(false); {
+		case err == nil:
+			fmt.Println("child: unmounted")
+			return
+		case errors.Is(err, api.ErrBusy):
+			fmt.Println("child: busy")
+		default:
+			fmt.Println("child: unmount:", err)
+		}
+	}
+	f.Unmount(true) // the parent went away
 }
 
 // newStoreNoFUSE is a store for a test that never mounts.
