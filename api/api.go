@@ -20,7 +20,8 @@ const (
 	CodeState      = "bad_state"   // the node is in a state the verb does not apply to
 	CodeBusy       = "busy"        // a resource is in use (an unmount of a busy mount)
 	CodeNoSpace    = "no_space"    // a quota was reached
-	CodeAuth       = "unauthorized"
+	CodeAuth       = "unauthorized" // no or a wrong credential (HTTP token, a uid not admitted to the socket)
+	CodeForbidden  = "forbidden"    // the requester may not name that path (a mountpoint or base rule refused it)
 	CodeInternal   = "internal"
 )
 
@@ -38,6 +39,7 @@ var (
 	ErrBusy       = errors.New("busy")
 	ErrNoSpace    = errors.New("no space")
 	ErrAuth       = errors.New("unauthorized")
+	ErrForbidden  = errors.New("forbidden")
 	ErrInternal   = errors.New("internal error")
 )
 
@@ -48,7 +50,28 @@ var codes = []struct {
 	{CodeBadRequest, ErrBadRequest}, {CodeNotFound, ErrNotFound}, {CodeExists, ErrExists},
 	{CodeStale, ErrStale}, {CodeBudget, ErrBudget}, {CodeProtected, ErrProtected},
 	{CodeState, ErrState}, {CodeBusy, ErrBusy}, {CodeNoSpace, ErrNoSpace},
-	{CodeAuth, ErrAuth}, {CodeInternal, ErrInternal},
+	{CodeAuth, ErrAuth}, {CodeForbidden, ErrForbidden}, {CodeInternal, ErrInternal},
+}
+
+// Codes lists every wire code, in the error table's order. Tables derived
+// from the error table (HTTP statuses, errnos, tests) are checked against it.
+func Codes() []string {
+	out := make([]string, len(codes))
+	for i, c := range codes {
+		out[i] = c.code
+	}
+	return out
+}
+
+// Sentinel returns the sentinel error of a wire code, and false for an
+// unknown code.
+func Sentinel(code string) (error, bool) {
+	for _, c := range codes {
+		if c.code == code {
+			return c.err, true
+		}
+	}
+	return nil, false
 }
 
 // Code returns the wire code for err: the code of the first sentinel it wraps,
@@ -73,10 +96,8 @@ func (e *Error) Error() string { return e.Message }
 
 // Unwrap returns the sentinel error for the code.
 func (e *Error) Unwrap() error {
-	for _, c := range codes {
-		if c.code == e.Code {
-			return c.err
-		}
+	if err, ok := Sentinel(e.Code); ok {
+		return err
 	}
 	return ErrInternal
 }

@@ -17,11 +17,13 @@ import (
 	"github.com/arbor-dev/arbor/internal/metrics"
 )
 
-var knownCodes = map[string]bool{
-	api.CodeBadRequest: true, api.CodeNotFound: true, api.CodeExists: true, api.CodeStale: true,
-	api.CodeBudget: true, api.CodeProtected: true, api.CodeState: true, api.CodeBusy: true,
-	api.CodeNoSpace: true, api.CodeAuth: true, api.CodeInternal: true,
-}
+var knownCodes = func() map[string]bool {
+	m := map[string]bool{}
+	for _, c := range api.Codes() {
+		m[c] = true
+	}
+	return m
+}()
 
 // FuzzHTTP sends an arbitrary method, path and body (with the right token,
 // to a fake engine holding tree "t" with root "n1"): no panic; a 4xx/5xx is

@@ -341,6 +341,8 @@ func Status(code string) int {
 		return http.StatusBadRequest
 	case api.CodeAuth:
 		return http.StatusUnauthorized
+	case api.CodeForbidden:
+		return http.StatusForbidden
 	case api.CodeNotFound:
 		return http.StatusNotFound
 	case api.CodeExists, api.CodeStale, api.CodeState, api.CodeProtected, api.CodeBusy, api.CodeBudget:

@@ -241,8 +241,14 @@ func TestNewRefuses(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
+	// Every code of api's table has a status of its own (only internal is 500).
+	for _, code := range api.Codes() {
+		if got := httpapi.Status(code); (got == 500) != (code == api.CodeInternal) {
+			t.Errorf("Status(%s) = %d", code, got)
+		}
+	}
 	for code, want := range map[string]int{
-		api.CodeBadRequest: 400, api.CodeAuth: 401, api.CodeNotFound: 404,
+		api.CodeBadRequest: 400, api.CodeAuth: 401, api.CodeForbidden: 403, api.CodeNotFound: 404,
 		api.CodeExists: 409, api.CodeStale: 409, api.CodeState: 409, api.CodeProtected: 409,
 		api.CodeBusy: 409, api.CodeBudget: 409, api.CodeNoSpace: 507, api.CodeInternal: 500, "weird": 500,
 	} {

@@ -13,11 +13,13 @@ import (
 	"github.com/arbor-dev/arbor/internal/facetest"
 )
 
-var knownCodes = map[string]bool{
-	api.CodeBadRequest: true, api.CodeNotFound: true, api.CodeExists: true, api.CodeStale: true,
-	api.CodeBudget: true, api.CodeProtected: true, api.CodeState: true, api.CodeBusy: true,
-	api.CodeNoSpace: true, api.CodeAuth: true, api.CodeInternal: true,
-}
+var knownCodes = func() map[string]bool {
+	m := map[string]bool{}
+	for _, c := range api.Codes() {
+		m[c] = true
+	}
+	return m
+}()
 
 // FuzzLineAPI feeds arbitrary bytes to one connection's decode and dispatch
 // (against the fake engine, with a tree "t" and node "n1" to hit): it must
