@@ -11,15 +11,15 @@ import (
 
 // Error codes carried on the wire in {"status":"error","code":...}.
 const (
-	CodeBadRequest = "bad_request" // malformed input: unknown op, bad JSON, bad name
-	CodeNotFound   = "not_found"   // unknown tree, node or branch
-	CodeExists     = "exists"      // a tree or branch of that name already exists
-	CodeStale      = "stale"       // lost a first-commit-wins race, or the node is stale
-	CodeBudget     = "budget"      // the verb would exceed a budget that eviction cannot free
-	CodeProtected  = "protected"   // the verb would delete or evict a protected node
-	CodeState      = "bad_state"   // the node is in a state the verb does not apply to
-	CodeBusy       = "busy"        // a resource is in use (an unmount of a busy mount)
-	CodeNoSpace    = "no_space"    // a quota was reached
+	CodeBadRequest = "bad_request"  // malformed input: unknown op, bad JSON, bad name
+	CodeNotFound   = "not_found"    // unknown tree, node or branch
+	CodeExists     = "exists"       // a tree or branch of that name already exists
+	CodeStale      = "stale"        // lost a first-commit-wins race, or the node is stale
+	CodeBudget     = "budget"       // the verb would exceed a budget that eviction cannot free
+	CodeProtected  = "protected"    // the verb would delete or evict a protected node
+	CodeState      = "bad_state"    // the node is in a state the verb does not apply to
+	CodeBusy       = "busy"         // a resource is in use (an unmount of a busy mount)
+	CodeNoSpace    = "no_space"     // a quota was reached
 	CodeAuth       = "unauthorized" // no or a wrong credential (HTTP token, a uid not admitted to the socket)
 	CodeForbidden  = "forbidden"    // the requester may not name that path (a mountpoint or base rule refused it)
 	CodeInternal   = "internal"
