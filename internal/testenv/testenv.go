@@ -31,3 +31,11 @@ func NeedFUSE(t testing.TB) {
 		}
 	}
 }
+
+// NeedRoot requires root (to switch credentials, make bind mounts).
+func NeedRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Missing(t, "needs root")
+	}
+}
