@@ -107,6 +107,12 @@ func Errorf(sentinel error, format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), sentinel)
 }
 
+// HTTPTokenFile is the file in the daemon's home ($ARBOR_HOME) that holds
+// the HTTP face's bearer token when arbord was not given one: 64 hex
+// digits (32 random bytes) and a newline, mode 0600, made at the first
+// start that serves HTTP. Clients running as the daemon's user read it.
+const HTTPTokenFile = "http.token"
+
 // Node states.
 const (
 	StateLive      = "live"

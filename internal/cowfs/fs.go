@@ -24,6 +24,11 @@ import (
 type Config struct {
 	Store      *store.Store
 	Mountpoint string
+	// MountDir, if set, is an O_PATH descriptor of the directory at
+	// Mountpoint that the caller checked (access.Rules): as root the mount
+	// is made on the descriptor, not the path (see mountat.go). The caller
+	// keeps it; it is used only during Mount.
+	MountDir *os.File
 	Branch     string // shown at the root; default main
 	// Passthrough serves opened files by FUSE passthrough; default: when
 	// running as root (the kernel allows it only then).
@@ -58,6 +63,9 @@ type FS struct {
 	control bool
 	log     *slog.Logger
 	server  *fuse.Server
+	// dev is the mount's device number, when mounted on MountDir (mountAt):
+	// such a mount is unmounted by unmountAt, go-fuse cannot.
+	dev uint64
 	root    *node
 
 	mu      sync.Mutex // guards the fields below
@@ -147,13 +155,55 @@ func Mount(cfg Config) (*FS, error) {
 	// an unprivileged open for writing clears them (see node.Open).
 	opts.MountOptions.ExtraCapabilities = fuse.CAP_HANDLE_KILLPRIV_V2
 	f.startNotifier() // before the kernel's first requests
-	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), cfg.Mountpoint, &opts.MountOptions)
+	target := cfg.Mountpoint
+	atDir := cfg.MountDir != nil && root
+	if atDir {
+		fd, err := mountAt(cfg.MountDir, &opts.MountOptions)
+		if err != nil {
+			f.stopNotifier()
+			return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			f.stopNotifier()
+			return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
+		}
+		// go-fuse serves an already mounted /dev/fuse given as /dev/fd/N.
+		target = fmt.Sprintf("/dev/fd/%d", fd)
+		opts.MountOptions.DirectMount = false
+	}
+	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), target, &opts.MountOptions)
 	if err != nil {
+		if atDir {
+			unix.Unmount(cfg.Mountpoint, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		}
 		f.stopNotifier()
 		return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
 	}
 	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
+	err = srv.WaitMount()
+	if err == nil && atDir {
+		var st unix.Stat_t
+		if err = unix.Stat(cfg.Mountpoint, &st); err == nil {
+			f.dev = uint64(st.Dev)
+			if !f.ours(cfg.Mountpoint) {
+				err = fmt.Errorf("the mount is not at %s (moved while mounting?)", cfg.Mountpoint)
+			}
+		}
+		if err == nil {
+			err = pollHack(cfg.Mountpoint)
+		}
+	}
+	if err != nil {
+		if atDir {
+			f.server = srv
+			if uerr := f.unmountAt(); uerr == nil {
+				srv.Wait()
+			}
+		} else {
+			srv.Unmount()
+		}
 		f.stopNotifier()
 		return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
 	}
@@ -226,10 +276,15 @@ func (f *FS) Mountpoint() string { return f.cfg.Mountpoint }
 // Unmount unmounts; a busy mount fails with api.ErrBusy unless force, which
 // detaches it lazily.
 func (f *FS) Unmount(force bool) error {
-	err := f.server.Unmount()
-	if err != nil && force {
+	var err error
+	if f.dev != 0 {
+		err = f.unmountAt()
+	} else {
+		err = f.server.Unmount()
+	}
+	if err != nil && force && (f.dev == 0 || f.ours(f.cfg.Mountpoint)) {
 		conn, connOK := fuseConn(f.cfg.Mountpoint) // before the detach hides it
-		err = unix.Unmount(f.cfg.Mountpoint, unix.MNT_DETACH)
+		err = unix.Unmount(f.cfg.Mountpoint, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 		if err == nil && connOK {
 			// A detached mount lives on while a process holds a file or a
 			// cwd in it, and so would the server's loops (Wait below):
