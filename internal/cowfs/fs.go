@@ -29,7 +29,7 @@ type Config struct {
 	// is made on the descriptor, not the path (see mountat.go). The caller
 	// keeps it; it is used only during Mount.
 	MountDir *os.File
-	Branch     string // shown at the root; default main
+	Branch   string // shown at the root; default main
 	// Passthrough serves opened files by FUSE passthrough; default: when
 	// running as root (the kernel allows it only then).
 	Passthrough *bool
@@ -65,8 +65,8 @@ type FS struct {
 	server  *fuse.Server
 	// dev is the mount's device number, when mounted on MountDir (mountAt):
 	// such a mount is unmounted by unmountAt, go-fuse cannot.
-	dev uint64
-	root    *node
+	dev  uint64
+	root *node
 
 	mu      sync.Mutex // guards the fields below
 	current string

@@ -36,8 +36,8 @@ type Config struct {
 	// Token is the HTTP bearer token. Empty means the one kept in
 	// Home/http.token (api.HTTPTokenFile), made at the first start; an
 	// HTTPAddr off loopback needs it given explicitly.
-	Token string
-	AuditLog  string // HTTP audit log path; default Home/audit.log
+	Token    string
+	AuditLog string // HTTP audit log path; default Home/audit.log
 	// Passthrough: nil means FUSE passthrough when root.
 	Passthrough *bool
 	Logger      *slog.Logger

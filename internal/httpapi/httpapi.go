@@ -68,8 +68,8 @@ type Server struct {
 	mux     *http.ServeMux
 	token   [sha256.Size]byte
 	self    access.Cred // the daemon's credentials: what HTTP requests are checked as
-	auditMu sync.Mutex // serialises audit lines
-	auditOK bool       // guarded by auditMu: false after a write failure was logged
+	auditMu sync.Mutex  // serialises audit lines
+	auditOK bool        // guarded by auditMu: false after a write failure was logged
 }
 
 // New validates cfg and returns a Server.

@@ -46,9 +46,9 @@ type Manager struct {
 	rules *access.Rules
 	self  uint32 // the daemon's euid: may act on every mount, as root may
 
-	mu     sync.Mutex              // guards stores, mounts and owners, and the record file
-	stores map[string]*shared      // by absolute base path
-	mounts map[string]*cowfs.FS    // by absolute mountpoint
+	mu     sync.Mutex             // guards stores, mounts and owners, and the record file
+	stores map[string]*shared     // by absolute base path
+	mounts map[string]*cowfs.FS   // by absolute mountpoint
 	owners map[string]access.Cred // by mountpoint: who mounted it
 }
 
