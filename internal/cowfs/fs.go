@@ -184,23 +184,28 @@ func Mount(cfg Config) (*FS, error) {
 	go srv.Serve()
 	err = srv.WaitMount()
 	if err == nil && atDir {
-		var st unix.Stat_t
-		if err = unix.Stat(cfg.Mountpoint, &st); err == nil {
-			f.dev = uint64(st.Dev)
-			if !f.ours(cfg.Mountpoint) {
-				err = fmt.Errorf("the mount is not at %s (moved while mounting?)", cfg.Mountpoint)
+		// Where the mount is: the directory's name now (it cannot be
+		// renamed while mounted on), which must be the name asked for.
+		var real string
+		if real, err = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", cfg.MountDir.Fd())); err == nil {
+			f.cfg.Mountpoint = real // to unmount it below if need be
+			if f.dev, err = mountDev(real); err == nil && real != cfg.Mountpoint {
+				err = fmt.Errorf("the directory moved to %s while it was mounted", real)
 			}
 		}
 		if err == nil {
-			err = pollHack(cfg.Mountpoint)
+			err = pollHack(real)
 		}
 	}
 	if err != nil {
 		if atDir {
 			f.server = srv
-			if uerr := f.unmountAt(); uerr == nil {
-				srv.Wait()
+			if f.dev == 0 || f.unmountAt() != nil {
+				// Unreachable by name: detach what the descriptor's
+				// name shows, as a last resort, so no server lingers.
+				unix.Unmount(f.cfg.Mountpoint, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 			}
+			srv.Wait()
 		} else {
 			srv.Unmount()
 		}

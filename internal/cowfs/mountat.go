@@ -91,6 +91,30 @@ func pollHack(mp string) error {
 	return nil
 }
 
+// mountDev is the device number of the FUSE mount root at mp, reached with
+// no symlink followed.
+func mountDev(mp string) (uint64, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, mp, &unix.OpenHow{
+		Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("the mount at %s: %w", mp, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	var sfs unix.Statfs_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, err
+	}
+	if err := unix.Fstatfs(fd, &sfs); err != nil {
+		return 0, err
+	}
+	if sfs.Type != unix.FUSE_SUPER_MAGIC {
+		return 0, fmt.Errorf("%s is not the FUSE mount just made", mp)
+	}
+	return uint64(st.Dev), nil
+}
+
 // ours reports whether the mount root at mp (reached with no symlink
 // followed) is this mount: a FUSE filesystem with the device number it had
 // when mounted.
