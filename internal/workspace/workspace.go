@@ -224,6 +224,9 @@ func (m *Manager) checkAndMount(cred access.Cred, baseArg, mpArg, branch string)
 	if known { // never open one of our own mounts (see mountpoint)
 		return nil, api.Errorf(api.ErrExists, "mount %s: already mounted", mp)
 	}
+	if inside(mp, base) || inside(base, mp) { // before a missing mountpoint is made in the base
+		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and base %s must not contain each other", mp, base)
+	}
 	detachStale(mp)
 	dir, err := m.rules.Mountpoint(cred, mp)
 	if err != nil {
