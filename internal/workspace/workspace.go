@@ -3,7 +3,11 @@
 // remembered across restarts) and the mounts that hold a tree's node files.
 //
 // Several mounts of one base share one store, so a commit through one is
-// seen by all. Manager.mu guards the tables; the store and each mount have
+// seen by all. Every base and mountpoint a request names is checked with
+// access.Rules as the requester (access.FromContext) before anything is
+// opened or made there, and a mount is then driven only by the uid that
+// made it, root or the daemon's uid; a restart checks its recorded mounts
+// again as their owners. Manager.mu guards the tables; the store and each mount have
 // their own locks and Manager never holds its lock across a FUSE request.
 package workspace
 
