@@ -312,3 +312,77 @@ func waitHTTP(t *testing.T, addr string) {
 	}
 	t.Fatalf("HTTP at %s did not come up", addr)
 }
+
+// runDaemon starts the daemon and returns its stop.
+func runDaemon(t *testing.T, cfg Config) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	cfg.Ready = ready
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatal(err)
+	}
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	}
+}
+
+// TestRestoreRechecks: a mount is restored at start-up only if its paths
+// still pass the rules for the uid that made it. uid 65534 mounts on its own
+// directory, then (daemon down) puts a symlink to a root-owned directory in
+// its place: the restart must not mount there.
+func TestRestoreRechecks(t *testing.T) {
+	testenv.NeedFUSE(t)
+	dir := tempDir(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home, sockDir := filepath.Join(dir, "home"), filepath.Join(dir, "run")
+	for _, p := range []string{sockDir, filepath.Join(dir, "evil"), filepath.Join(dir, "mp"), filepath.Join(dir, "victim")} {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evil, mp, victim := filepath.Join(dir, "evil"), filepath.Join(dir, "mp"), filepath.Join(dir, "victim")
+	for _, p := range []string{evil, mp} {
+		os.Chown(p, 65534, 65534)
+	}
+	writeFile(t, filepath.Join(victim, "passwd"), "root:x:0:0::/root:/bin/bash\n")
+	cfg := Config{Home: home, Socket: filepath.Join(sockDir, "arbord.sock"), AllowUIDs: []int{65534}}
+	stop := runDaemon(t, cfg)
+	nobody := dialAs(t, cfg.Socket, 65534, 65534)
+	if _, err := ask(t, nobody, api.Request{Op: api.OpWsMount, Base: evil, Mountpoint: mp}); err != nil {
+		t.Fatal(err)
+	}
+	nobody.Close()
+	stop()
+	if err := os.Remove(mp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, mp); err != nil {
+		t.Fatal(err)
+	}
+	stop = runDaemon(t, cfg)
+	defer stop()
+	if mounted(victim) {
+		unmountIfOurs(victim)
+		t.Fatal("the restart mounted uid 65534's base over the root-owned directory its symlink names")
+	}
+	c := client.New(cfg.Socket)
+	defer c.Close()
+	r, err := c.Do(t.Context(), api.Request{Op: api.OpWsMounts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Mounts) != 0 {
+		t.Errorf("mounts after the refused restore: %+v", r.Mounts)
+	}
+}
