@@ -313,3 +313,25 @@ func TestCredentialsDoNotLeak(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkBase: one base check as the daemon itself and as another uid
+// (which takes a fresh thread with that uid's filesystem credentials).
+func BenchmarkBase(b *testing.B) {
+	s := newSandbox(b)
+	r := s.rules()
+	s.mkdir("own", 0o755, 65534)
+	for _, c := range []struct {
+		name string
+		cred Cred
+	}{{"self", Self()}, {"other-uid", nobody}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				d, err := r.Base(c.cred, s.path("own"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				d.Close()
+			}
+		})
+	}
+}
