@@ -12,9 +12,9 @@ import (
 
 // Cred is who asks: the credentials the daemon checks a path against.
 type Cred struct {
-	UID    uint32
-	GID    uint32
-	Groups []uint32 // supplementary groups
+	UID    uint32   `json:"uid"`
+	GID    uint32   `json:"gid"`
+	Groups []uint32 `json:"groups,omitempty"` // supplementary groups
 }
 
 func (c Cred) String() string { return fmt.Sprintf("uid %d", c.UID) }
