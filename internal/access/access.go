@@ -65,6 +65,7 @@ type Rules struct {
 	// parents' (a bind mount of /etc elsewhere is still /etc).
 	sysTrees, sysDirs, pseudoTrees []string
 	sysIDs, pseudoIDs              map[fileID]string
+	treeIDs                        map[fileID]string // the roots of sysTrees and the home
 }
 
 type fileID struct{ dev, ino uint64 }
@@ -82,7 +83,7 @@ func New(cfg Config) (*Rules, error) {
 	if cfg.Home == "" || !filepath.IsAbs(cfg.Home) {
 		return nil, api.Errorf(api.ErrBadRequest, "access: Home %q must be an absolute path", cfg.Home)
 	}
-	r := &Rules{home: canonical(cfg.Home), self: Self(), sysIDs: map[fileID]string{}, pseudoIDs: map[fileID]string{}}
+	r := &Rules{home: canonical(cfg.Home), self: Self(), sysIDs: map[fileID]string{}, pseudoIDs: map[fileID]string{}, treeIDs: map[fileID]string{}}
 	trees := append([]string{}, systemTrees...)
 	if more, err := filepath.Glob("/lib*"); err == nil {
 		trees = append(trees, more...)
@@ -106,6 +107,11 @@ func New(cfg Config) (*Rules, error) {
 	for _, p := range trees {
 		add(&r.sysTrees, r.sysIDs, p, true)
 	}
+	for _, p := range append(trees, r.home) {
+		if id, ok := identity(p); ok {
+			r.treeIDs[id] = p
+		}
+	}
 	r.sysDirs = append(r.sysDirs, r.sysTrees...)
 	for _, p := range append(append([]string{}, systemDirs...), r.home, cfg.Home) {
 		add(&r.sysDirs, r.sysIDs, p, true)
@@ -116,17 +122,52 @@ func New(cfg Config) (*Rules, error) {
 	return r, nil
 }
 
-// prospective is the canonical name p would have if created now: its
-// deepest existing ancestor resolved, and the rest as given.
-func prospective(p string) string {
+// prospective is the canonical name p would have if created now (its
+// deepest existing ancestor resolved, and the rest as given) and that
+// ancestor.
+func prospective(p string) (future, parent string) {
 	p = filepath.Clean(p)
 	rest := ""
 	for q := p; ; q = filepath.Dir(q) {
 		if _, err := os.Stat(q); err == nil || q == "/" {
-			return filepath.Join(canonical(q), rest)
+			return filepath.Join(canonical(q), rest), q
 		}
 		rest = filepath.Join(filepath.Base(q), rest)
 	}
+}
+
+// underTree reports whether the directory at fd is a system tree (or the
+// home) or inside one by identity, walking up by "..": a directory inside a
+// bind mount of /etc reaches the mount's root, which is /etc, whatever the
+// names on the way.
+func (r *Rules) underTree(fd int) (string, bool) {
+	cur, err := unix.Dup(fd)
+	if err != nil {
+		return "", false
+	}
+	defer func() { unix.Close(cur) }()
+	var prev fileID
+	for range 4096 {
+		var st unix.Stat_t
+		if unix.Fstat(cur, &st) != nil {
+			return "", false
+		}
+		id := fileID{uint64(st.Dev), st.Ino}
+		if s, ok := r.treeIDs[id]; ok {
+			return s, true
+		}
+		if id == prev { // the root: its .. is itself
+			return "", false
+		}
+		prev = id
+		up, err := unix.Openat(cur, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", false
+		}
+		unix.Close(cur)
+		cur = up
+	}
+	return "", false
 }
 
 // canonical resolves symlinks in p where it exists.
@@ -183,10 +224,17 @@ func (r *Rules) Mountpoint(c Cred, p string) (*Dir, error) {
 			// Lexical cleaning would guess the name wrong across a symlink.
 			return nil, api.Errorf(api.ErrBadRequest, "mountpoint %s does not exist, and one to create must be named without ..", p)
 		}
-		future := prospective(p)
+		future, parent := prospective(p)
 		for _, s := range append(append([]string{}, r.sysTrees...), r.home) {
 			if inside(future, s) {
 				return nil, &Refusal{What: what, Path: p, Real: future, Rule: RuleSystem, Why: fmt.Sprintf("it would be inside %s (a system directory or the daemon's home)", s), Cred: c}
+			}
+		}
+		if fd, err := unix.Open(parent, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			s, under := r.underTree(fd)
+			unix.Close(fd)
+			if under {
+				return nil, &Refusal{What: what, Path: p, Real: future, Rule: RuleSystem, Why: fmt.Sprintf("it would be inside %s (reached through a mount of it)", s), Cred: c}
 			}
 		}
 	}
@@ -222,6 +270,9 @@ func (r *Rules) Mountpoint(c Cred, p string) (*Dir, error) {
 	}
 	if s, ok := r.sysIDs[id]; ok {
 		return refuse(RuleSystem, "it is the system directory %s (or a parent of one)", s)
+	}
+	if s, under := r.underTree(int(d.f.Fd())); under {
+		return refuse(RuleSystem, "it is inside %s (reached through a mount of it)", s)
 	}
 	if name, bad := pseudoFS(d.f); bad {
 		return refuse(RulePseudoFS, "it is on a %s filesystem", name)

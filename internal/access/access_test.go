@@ -135,6 +135,9 @@ func TestMountpoint(t *testing.T) {
 	s.mount("/etc", "bindetc", "", unix.MS_BIND)
 	s.mkdir("mq", 0o755, 0)
 	s.mount("none", "mq", "mqueue", 0)
+	s.mkdir("home/sub", 0o755, 0)
+	s.mkdir("bindhome", 0o755, 0)
+	s.mount(s.home, "bindhome", "", unix.MS_BIND)
 
 	for _, c := range []struct {
 		name string
@@ -142,6 +145,8 @@ func TestMountpoint(t *testing.T) {
 		path string
 		rule string
 	}{
+		{"root inside a bind mount of the home", root, s.path("bindhome/sub"), RuleSystem},
+		{"root creates inside a bind mount of the home", root, s.path("bindhome/new"), RuleSystem},
 		{"root on /etc", root, "/etc", RuleSystem},
 		{"root on /etc/", root, "/etc/", RuleSystem},
 		{"root on /", root, "/", RuleSystem},
@@ -183,7 +188,7 @@ func TestMountpoint(t *testing.T) {
 		d, err := r.Mountpoint(c.cred, c.path)
 		want(t, c.name, d, err, c.rule)
 	}
-	for _, p := range []string{"/etc/arbor-access-test-must-not-exist", s.path("rootdir/new")} {
+	for _, p := range []string{"/etc/arbor-access-test-must-not-exist", s.path("rootdir/new"), s.path("home/new")} {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("a refused mountpoint was created: %s (%v)", p, err)
 		}

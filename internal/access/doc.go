@@ -26,7 +26,9 @@
 //     component, checked by the kernel as them).
 //   - system: not a system directory nor a parent of one: /etc, /usr, /bin,
 //     /sbin, /lib*, /boot, /dev, /proc, /sys (nor anything below those), /run,
-//     /var/lib (and so /, /var), the daemon's home (nor below it).
+//     /var/lib (and so /, /var), the daemon's home (nor below it). By
+//     canonical name and by identity: a bind mount of /etc elsewhere is /etc,
+//     and a directory below one is found by walking up its "..".
 //   - pseudo-fs: not on a pseudo filesystem (proc, sysfs, cgroup, ...: the
 //     filesystem type from statfs, not the name).
 //   - owner: owned by the requester (root may use any directory).
