@@ -25,7 +25,12 @@ import (
 type Config struct {
 	Store      *store.Store
 	Mountpoint string
-	Branch     string // shown at the root; default main
+	// MountDir, if set, is an O_PATH descriptor of the directory at
+	// Mountpoint that the caller checked (access.Rules): as root the mount
+	// is made on the descriptor, not the path (see mountat.go). The caller
+	// keeps it; it is used only during Mount.
+	MountDir *os.File
+	Branch   string // shown at the root; default main
 	// Passthrough serves opened files by FUSE passthrough; default: when
 	// running as root (the kernel allows it only then).
 	Passthrough *bool
@@ -62,7 +67,10 @@ type FS struct {
 	control bool
 	log     *slog.Logger
 	server  *fuse.Server
-	root    *node
+	// dev is the mount's device number, when mounted on MountDir (mountAt):
+	// such a mount is unmounted by unmountAt, go-fuse cannot.
+	dev  uint64
+	root *node
 
 	mu      sync.Mutex // guards the fields below
 	current string
@@ -162,13 +170,60 @@ func Mount(cfg Config) (*FS, error) {
 	// limit: newHandle) can still be mapped shared.
 	opts.MountOptions.ExtraCapabilities |= fuse.CAP_DIRECT_IO_ALLOW_MMAP
 	f.startNotifier() // before the kernel's first requests
-	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), cfg.Mountpoint, &opts.MountOptions)
+	target := cfg.Mountpoint
+	atDir := cfg.MountDir != nil && root
+	if atDir {
+		fd, err := mountAt(cfg.MountDir, &opts.MountOptions)
+		if err != nil {
+			f.stopNotifier()
+			return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			f.stopNotifier()
+			return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
+		}
+		// go-fuse serves an already mounted /dev/fuse given as /dev/fd/N.
+		target = fmt.Sprintf("/dev/fd/%d", fd)
+		opts.MountOptions.DirectMount = false
+	}
+	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), target, &opts.MountOptions)
 	if err != nil {
+		if atDir {
+			unix.Unmount(cfg.Mountpoint, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		}
 		f.stopNotifier()
 		return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
 	}
 	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
+	err = srv.WaitMount()
+	if err == nil && atDir {
+		// Where the mount is: the directory's name now (it cannot be
+		// renamed while mounted on), which must be the name asked for.
+		var real string
+		if real, err = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", cfg.MountDir.Fd())); err == nil {
+			f.cfg.Mountpoint = real // to unmount it below if need be
+			if f.dev, err = mountDev(real); err == nil && real != cfg.Mountpoint {
+				err = fmt.Errorf("the directory moved to %s while it was mounted", real)
+			}
+		}
+		if err == nil {
+			err = pollHack(real)
+		}
+	}
+	if err != nil {
+		if atDir {
+			f.server = srv
+			if f.dev == 0 || f.unmountAt() != nil {
+				// Unreachable by name: detach what the descriptor's
+				// name shows, as a last resort, so no server lingers.
+				unix.Unmount(f.cfg.Mountpoint, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+			}
+			srv.Wait()
+		} else {
+			srv.Unmount()
+		}
 		f.stopNotifier()
 		return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
 	}
@@ -252,8 +307,13 @@ func (f *FS) Mountpoint() string { return f.cfg.Mountpoint }
 // process exits and the kernel closes its /dev/fuse descriptor.
 func (f *FS) Unmount(force bool) error {
 	mp := f.cfg.Mountpoint
-	err := f.server.Unmount()
-	if err != nil && force {
+	var err error
+	if f.dev != 0 {
+		err = f.unmountAt()
+	} else {
+		err = f.server.Unmount()
+	}
+	if err != nil && force && (f.dev == 0 || f.ours(mp)) {
 		var aborted bool
 		aborted, err = f.forceUnmount()
 		if err == nil && !aborted {
@@ -278,8 +338,8 @@ func (f *FS) Unmount(force bool) error {
 func (f *FS) forceUnmount() (aborted bool, err error) {
 	mp := f.cfg.Mountpoint
 	m, ok := fusemount.Find(mp) // before the detach hides it
-	if !ok {
-		return false, fmt.Errorf("%s is not mounted", mp)
+	if !ok || (f.dev != 0 && (m.Major != unix.Major(f.dev) || m.Minor != unix.Minor(f.dev))) {
+		return false, fmt.Errorf("unmount %s: the path no longer leads to this mount", mp)
 	}
 	abortErr := f.cfg.Aborter.Abort(m)
 	if top, ok := fusemount.Find(mp); ok && top.ID == m.ID { // a forced unmount may have unmounted it

@@ -309,13 +309,7 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 
 // isAPI reports whether err wraps an api sentinel.
 func isAPI(err error) bool {
-	for _, s := range []error{api.ErrBadRequest, api.ErrNotFound, api.ErrExists, api.ErrStale, api.ErrBudget,
-		api.ErrProtected, api.ErrState, api.ErrBusy, api.ErrNoSpace, api.ErrLimit, api.ErrAuth, api.ErrInternal} {
-		if errors.Is(err, s) {
-			return true
-		}
-	}
-	return false
+	return api.Code(err) != api.CodeInternal || errors.Is(err, api.ErrInternal)
 }
 
 // TreeStats is one tree's state for gauges.

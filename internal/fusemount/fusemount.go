@@ -176,7 +176,7 @@ func IsBusy(err error) bool { return errors.Is(err, unix.EBUSY) }
 // and lives on while something holds a file or a cwd in it. Without
 // CAP_SYS_ADMIN it asks fusermount3 (a user's own FUSE mounts only).
 func Detach(point string) error {
-	err := unix.Unmount(point, unix.MNT_DETACH)
+	err := unix.Unmount(point, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	if errors.Is(err, unix.EPERM) && os.Geteuid() != 0 {
 		err = fusermount("-u", "-z", point)
 	}
@@ -321,7 +321,7 @@ func (a *Aborter) Abort(m Mount) error {
 	}
 	// umount_begin runs before the busy check, so EBUSY means aborted
 	// but still held.
-	err := unix.Unmount(m.Point, unix.MNT_FORCE)
+	err := unix.Unmount(m.Point, unix.MNT_FORCE|unix.UMOUNT_NOFOLLOW)
 	if err == nil || IsBusy(err) {
 		return nil
 	}
