@@ -186,7 +186,10 @@ func Mount(cfg Config) (*FS, error) {
 		}
 		// go-fuse serves an already mounted /dev/fuse given as /dev/fd/N.
 		target = fmt.Sprintf("/dev/fd/%d", fd)
+		// Neither direct mount: go-fuse would mount(2) onto that path,
+		// which is /dev/fuse itself.
 		opts.MountOptions.DirectMount = false
+		opts.MountOptions.DirectMountStrict = false
 	}
 	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), target, &opts.MountOptions)
 	if err != nil {

@@ -1,6 +1,7 @@
 package cowfs
 
 import (
+	"github.com/arbor-dev/arbor/internal/fusemount"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,9 +36,26 @@ func openPath(t *testing.T, p string) *os.File {
 func TestMountDir(t *testing.T) {
 	st := newStore(t, func(b string) { os.WriteFile(filepath.Join(b, "a"), []byte("base"), 0o644) })
 	mp := t.TempDir()
+	before, err := fusemount.List()
+	if err != nil {
+		t.Fatal(err)
+	}
 	f, err := Mount(Config{Store: st, Mountpoint: mp, MountDir: openPath(t, mp)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The one new mount is at mp: nothing landed on /dev/fuse (go-fuse
+	// mounting its "/dev/fd/N" once did).
+	after, _ := fusemount.List()
+	old := map[int]bool{}
+	for _, m := range before {
+		old[m.ID] = true
+	}
+	for _, m := range after {
+		if !old[m.ID] && m.Point != mp {
+			fusemount.Detach(m.Point)
+			t.Fatalf("a mount given MountDir %s also mounted %s", mp, m.Point)
+		}
 	}
 	if b, err := os.ReadFile(filepath.Join(mp, "a")); err != nil || string(b) != "base" {
 		t.Fatalf("read through the mount: %q %v", b, err)
