@@ -69,7 +69,10 @@ type FS struct {
 	server  *fuse.Server
 	// dev is the mount's device number, when mounted on MountDir (mountAt):
 	// such a mount is unmounted by unmountAt, go-fuse cannot.
-	dev  uint64
+	dev uint64
+	// mnt is the mount as mountinfo listed it once mounted: the identity an
+	// unmount checks before it acts by path.
+	mnt  fusemount.Mount
 	root *node
 
 	mu      sync.Mutex // guards the fields below
@@ -231,6 +234,9 @@ func Mount(cfg Config) (*FS, error) {
 		return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
 	}
 	f.server = srv
+	if m, ok := fusemount.Find(f.cfg.Mountpoint); ok && m.IsFUSE() {
+		f.mnt = m
+	}
 	return f, nil
 }
 
@@ -310,6 +316,29 @@ func (f *FS) Mountpoint() string { return f.cfg.Mountpoint }
 // process exits and the kernel closes its /dev/fuse descriptor.
 func (f *FS) Unmount(force bool) error {
 	mp := f.cfg.Mountpoint
+	switch top, ok := fusemount.Find(mp); {
+	case f.mnt.ID != 0 && !f.listed():
+		// Detached by someone else (umount -l, fusermount -uz): it lives
+		// on only while something holds it. Abort it, so that the loops
+		// end either way.
+		if err := f.cfg.Aborter.Abort(f.mnt); err != nil {
+			f.stopNotifier()
+			return nil // the loops end with the last user, or with the process
+		}
+		return f.wait()
+	case f.mnt.ID != 0 && ok && top.ID != f.mnt.ID:
+		// Another mount stacked on ours: acting by path would unmount
+		// that one. Abort ours by its connection (fusectl), and leave the
+		// dead mount under theirs.
+		if !force {
+			return api.Errorf(api.ErrBusy, "unmount %s: another filesystem (%s) is mounted on top of it", mp, top.FSType)
+		}
+		if err := f.cfg.Aborter.Abort(f.mnt); err != nil {
+			f.stopNotifier()
+			return fmt.Errorf("unmount %s: another filesystem (%s) is mounted on top of it, and %w", mp, top.FSType, err)
+		}
+		return f.wait()
+	}
 	var err error
 	if f.dev != 0 {
 		err = f.unmountAt()
@@ -325,11 +354,18 @@ func (f *FS) Unmount(force bool) error {
 		}
 	}
 	if err != nil {
-		if fusemount.IsBusy(err) {
+		if fusemount.IsBusy(err) || (f.dev == 0 && os.Geteuid() != 0 && strings.Contains(err.Error(), "Device or resource busy")) {
+			// fusermount3 (the unprivileged unmount) says busy only in
+			// words: go-fuse returns its stderr.
 			return api.Errorf(api.ErrBusy, "unmount %s: the mount is in use", mp)
 		}
 		return fmt.Errorf("unmount %s: %w", mp, err)
 	}
+	return f.wait()
+}
+
+// wait waits for the server's loops to end, then stops the notifier.
+func (f *FS) wait() error {
 	f.server.Wait()
 	f.stopNotifier()
 	return nil
@@ -351,6 +387,20 @@ func (f *FS) forceUnmount() (aborted bool, err error) {
 		}
 	}
 	return abortErr == nil, nil
+}
+
+// listed reports whether our mount is still in the mount table.
+func (f *FS) listed() bool {
+	ms, err := fusemount.List()
+	if err != nil {
+		return true
+	}
+	for _, m := range ms {
+		if m.ID == f.mnt.ID && m.Major == f.mnt.Major && m.Minor == f.mnt.Minor {
+			return true
+		}
+	}
+	return false
 }
 
 // Current is the branch the mount root shows.

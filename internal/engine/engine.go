@@ -222,6 +222,11 @@ func (e *Engine) reload(ts *treeState) {
 	}
 	ts.mu.Unlock()
 	nts, err := e.load(context.Background(), ts.id)
+	if err == nil {
+		ts.mu.Lock()
+		nts.seq = ts.seq // the event sequence goes on
+		ts.mu.Unlock()
+	}
 	e.mu.Lock()
 	if err != nil {
 		delete(e.trees, ts.id)
@@ -229,6 +234,9 @@ func (e *Engine) reload(ts *treeState) {
 		e.trees[ts.id] = nts
 	}
 	e.mu.Unlock()
+	// Watchers saw the broken memory: end their streams, so that they
+	// watch again and start from a snapshot of what is on disk.
+	e.hub.endTree(ts.id)
 	if err != nil {
 		ts.mu.Lock()
 		ts.dropped = true
@@ -236,7 +244,6 @@ func (e *Engine) reload(ts *treeState) {
 	}
 	if err != nil {
 		e.log.Error("reload a broken tree; it stays closed until tree_open", "tree", ts.id, "err", err)
-		e.hub.endTree(ts.id)
 		return
 	}
 	e.log.Info("tree reloaded from disk", "tree", ts.id)
