@@ -11,17 +11,18 @@ import (
 
 // Error codes carried on the wire in {"status":"error","code":...}.
 const (
-	CodeBadRequest = "bad_request" // malformed input: unknown op, bad JSON, bad name
-	CodeNotFound   = "not_found"   // unknown tree, node or branch
-	CodeExists     = "exists"      // a tree or branch of that name already exists
-	CodeStale      = "stale"       // lost a first-commit-wins race, or the node is stale
-	CodeBudget     = "budget"      // the verb would exceed a budget that eviction cannot free
-	CodeProtected  = "protected"   // the verb would delete or evict a protected node
-	CodeState      = "bad_state"   // the node is in a state the verb does not apply to
-	CodeBusy       = "busy"        // a resource is in use (an unmount of a busy mount)
-	CodeNoSpace    = "no_space"    // a quota was reached
-	CodeLimit      = "limit"       // a daemon limit: too many connections, or one closed for idling
-	CodeAuth       = "unauthorized"
+	CodeBadRequest = "bad_request"  // malformed input: unknown op, bad JSON, bad name
+	CodeNotFound   = "not_found"    // unknown tree, node or branch
+	CodeExists     = "exists"       // a tree or branch of that name already exists
+	CodeStale      = "stale"        // lost a first-commit-wins race, or the node is stale
+	CodeBudget     = "budget"       // the verb would exceed a budget that eviction cannot free
+	CodeProtected  = "protected"    // the verb would delete or evict a protected node
+	CodeState      = "bad_state"    // the node is in a state the verb does not apply to
+	CodeBusy       = "busy"         // a resource is in use (an unmount of a busy mount)
+	CodeNoSpace    = "no_space"     // a quota was reached
+	CodeLimit      = "limit"        // a daemon limit: too many connections, or one closed for idling
+	CodeAuth       = "unauthorized" // no or a wrong credential (HTTP token, a uid not admitted to the socket)
+	CodeForbidden  = "forbidden"    // the requester may not name that path (a mountpoint or base rule refused it)
 	// CodeUnavailable: the host cannot do it (no usable /dev/fuse, no
 	// fusermount3); the message says what, arbor doctor how to fix it.
 	CodeUnavailable = "unavailable"
@@ -43,6 +44,7 @@ var (
 	ErrNoSpace     = errors.New("no space")
 	ErrLimit       = errors.New("limit reached")
 	ErrAuth        = errors.New("unauthorized")
+	ErrForbidden   = errors.New("forbidden")
 	ErrUnavailable = errors.New("unavailable on this host")
 	ErrInternal    = errors.New("internal error")
 )
@@ -54,11 +56,11 @@ var codes = []struct {
 	{CodeBadRequest, ErrBadRequest}, {CodeNotFound, ErrNotFound}, {CodeExists, ErrExists},
 	{CodeStale, ErrStale}, {CodeBudget, ErrBudget}, {CodeProtected, ErrProtected},
 	{CodeState, ErrState}, {CodeBusy, ErrBusy}, {CodeNoSpace, ErrNoSpace},
-	{CodeLimit, ErrLimit}, {CodeAuth, ErrAuth}, {CodeUnavailable, ErrUnavailable}, {CodeInternal, ErrInternal},
+	{CodeLimit, ErrLimit}, {CodeAuth, ErrAuth}, {CodeForbidden, ErrForbidden}, {CodeUnavailable, ErrUnavailable}, {CodeInternal, ErrInternal},
 }
 
-// Codes returns every wire error code, in the order of the table above (the
-// one list the faces' tables are checked against).
+// Codes lists every wire code, in the error table's order. Tables derived
+// from the error table (HTTP statuses, errnos, tests) are checked against it.
 func Codes() []string {
 	out := make([]string, len(codes))
 	for i, c := range codes {
@@ -67,15 +69,15 @@ func Codes() []string {
 	return out
 }
 
-// Sentinel returns the sentinel error of a wire code (ErrInternal for an
-// unknown one).
-func Sentinel(code string) error {
+// Sentinel returns the sentinel error of a wire code, and false for an
+// unknown code.
+func Sentinel(code string) (error, bool) {
 	for _, c := range codes {
 		if c.code == code {
-			return c.err
+			return c.err, true
 		}
 	}
-	return ErrInternal
+	return nil, false
 }
 
 // Code returns the wire code for err: the code of the first sentinel it wraps,
@@ -99,12 +101,23 @@ type Error struct {
 func (e *Error) Error() string { return e.Message }
 
 // Unwrap returns the sentinel error for the code.
-func (e *Error) Unwrap() error { return Sentinel(e.Code) }
+func (e *Error) Unwrap() error {
+	if err, ok := Sentinel(e.Code); ok {
+		return err
+	}
+	return ErrInternal
+}
 
 // Errorf wraps a sentinel with a message: Errorf(ErrNotFound, "tree %q", id).
 func Errorf(sentinel error, format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), sentinel)
 }
+
+// HTTPTokenFile is the file in the daemon's home ($ARBOR_HOME) that holds
+// the HTTP face's bearer token when arbord was not given one: 64 hex
+// digits (32 random bytes) and a newline, mode 0600, made at the first
+// start that serves HTTP. Clients running as the daemon's user read it.
+const HTTPTokenFile = "http.token"
 
 // Node states.
 const (

@@ -275,3 +275,23 @@ func TestGarbageReply(t *testing.T) {
 		t.Fatal("garbage reply: no error")
 	}
 }
+
+func TestLoadToken(t *testing.T) {
+	home := t.TempDir()
+	if _, err := client.LoadToken(home); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("no token file: %v, want ErrNotExist", err)
+	}
+	path := filepath.Join(home, api.HTTPTokenFile)
+	if err := os.WriteFile(path, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.LoadToken(home); err == nil {
+		t.Fatal("an empty token file gave a token")
+	}
+	if err := os.WriteFile(path, []byte("abc123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := client.LoadToken(home); err != nil || tok != "abc123" {
+		t.Fatalf("LoadToken: %q %v", tok, err)
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/arbor-dev/arbor/api"
@@ -30,6 +32,22 @@ func NewHTTP(baseURL, token string, hc *http.Client) *HTTPClient {
 		hc = http.DefaultClient
 	}
 	return &HTTPClient{base: strings.TrimRight(baseURL, "/"), token: token, hc: hc}
+}
+
+// LoadToken reads the HTTP bearer token that arbord keeps in its home
+// (home/http.token, api.HTTPTokenFile), made at the daemon's first start
+// with HTTP when it was given no --token. Only the daemon's user can read
+// it (mode 0600).
+func LoadToken(home string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(home, api.HTTPTokenFile))
+	if err != nil {
+		return "", fmt.Errorf("arbor HTTP token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("arbor HTTP token: %s is empty", filepath.Join(home, api.HTTPTokenFile))
+	}
+	return tok, nil
 }
 
 // route maps a request to its method, path and body.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command: set-up, what the host can do (arbor doctor), vet, every
-# test under the race detector, and a short fuzz of the decoders. Tests
-# that need root, FUSE or namespaces fail instead of skipping here
-# (ARBOR_TEST_REQUIRE).
+# test under the race detector, and a short fuzz of the decoders and of the
+# path rules. Tests that need root, FUSE or namespaces fail instead of
+# skipping here (ARBOR_TEST_REQUIRE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
@@ -53,3 +53,4 @@ go test -race -timeout 20m -count=1 ./...
 go test -run '^$' -fuzz FuzzLineAPI -fuzztime 50000x ./internal/lineapi
 go test -run '^$' -fuzz FuzzHTTP -fuzztime 50000x ./internal/httpapi
 go test -run '^$' -fuzz FuzzDecodeRecord -fuzztime 50000x ./internal/store
+go test -run '^$' -fuzz FuzzMountpoint -fuzztime 50000x ./internal/access

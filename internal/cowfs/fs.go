@@ -25,7 +25,12 @@ import (
 type Config struct {
 	Store      *store.Store
 	Mountpoint string
-	Branch     string // shown at the root; default main
+	// MountDir, if set, is an O_PATH descriptor of the directory at
+	// Mountpoint that the caller checked (access.Rules): as root the mount
+	// is made on the descriptor, not the path (see mountat.go). The caller
+	// keeps it; it is used only during Mount.
+	MountDir *os.File
+	Branch   string // shown at the root; default main
 	// Passthrough serves opened files by FUSE passthrough; default: when
 	// running as root (the kernel allows it only then).
 	Passthrough *bool
@@ -67,12 +72,18 @@ type FS struct {
 	// so a FLUSH of a passthrough descriptor has nothing to do.
 	localFS bool
 	control bool
+	log     *slog.Logger
+	server  *fuse.Server
+	// dev is the mount's device number, when mounted on MountDir (mountAt):
+	// such a mount is unmounted by unmountAt, go-fuse cannot.
+	dev uint64
 	// fusermounted: mounted by fusermount3 (not root), so unmounted by it
 	// too; go-fuse knows only the descriptor (see fusermount.go).
 	fusermounted bool
-	log          *slog.Logger
-	server       *fuse.Server
-	root         *node
+	// mnt is the mount as mountinfo listed it once mounted: the identity an
+	// unmount checks before it acts by path.
+	mnt  fusemount.Mount
+	root *node
 
 	mu      sync.Mutex // guards the fields below
 	current string
@@ -187,8 +198,32 @@ func Mount(cfg Config) (*FS, error) {
 		opts.MountOptions.DirectMount, opts.MountOptions.DirectMountStrict = false, false
 	}
 	f.startNotifier() // before the kernel's first requests
-	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), mountpoint, &opts.MountOptions)
+	target := mountpoint
+	atDir := cfg.MountDir != nil && root && !f.fusermounted
+	if atDir {
+		fd, err := mountAt(cfg.MountDir, &opts.MountOptions)
+		if err != nil {
+			f.stopNotifier()
+			return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			f.stopNotifier()
+			return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
+		}
+		// go-fuse serves an already mounted /dev/fuse given as /dev/fd/N.
+		target = fmt.Sprintf("/dev/fd/%d", fd)
+		// Neither direct mount: go-fuse would mount(2) onto that path,
+		// which is /dev/fuse itself.
+		opts.MountOptions.DirectMount = false
+		opts.MountOptions.DirectMountStrict = false
+	}
+	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), target, &opts.MountOptions)
 	if err != nil {
+		if atDir {
+			unix.Unmount(cfg.Mountpoint, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		}
 		f.stopNotifier()
 		if f.fusermounted {
 			fusermountUnmount(cfg.Mountpoint, true)
@@ -200,11 +235,42 @@ func Mount(cfg Config) (*FS, error) {
 		return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
 	}
 	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
+	err = srv.WaitMount()
+	if err == nil && atDir {
+		// Where the mount is: the directory's name now (it cannot be
+		// renamed while mounted on), which must be the name asked for.
+		var real string
+		if real, err = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", cfg.MountDir.Fd())); err == nil {
+			f.cfg.Mountpoint = real // to unmount it below if need be
+			if f.dev, err = mountDev(real); err == nil && real != cfg.Mountpoint {
+				err = fmt.Errorf("the directory moved to %s while it was mounted", real)
+			}
+		}
+		if err == nil {
+			err = pollHack(real)
+		}
+	}
+	if err != nil {
+		if atDir {
+			f.server = srv
+			if f.dev == 0 || f.unmountAt() != nil {
+				// Unreachable by name: detach what the descriptor's
+				// name shows, as a last resort, so no server lingers.
+				unix.Unmount(f.cfg.Mountpoint, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+			}
+			srv.Wait()
+		} else if f.fusermounted {
+			fusermountUnmount(cfg.Mountpoint, true)
+		} else {
+			srv.Unmount()
+		}
 		f.stopNotifier()
 		return nil, fmt.Errorf("cowfs: mount %s: %w", cfg.Mountpoint, err)
 	}
 	f.server = srv
+	if m, ok := fusemount.Find(f.cfg.Mountpoint); ok && m.IsFUSE() {
+		f.mnt = m
+	}
 	return f, nil
 }
 
@@ -284,30 +350,39 @@ func (f *FS) Mountpoint() string { return f.cfg.Mountpoint }
 // process exits and the kernel closes its /dev/fuse descriptor.
 func (f *FS) Unmount(force bool) error {
 	mp := f.cfg.Mountpoint
-	if f.fusermounted {
-		// Mounted by fusermount3: unmounted by it (go-fuse knows only the
-		// descriptor).
-		err := fusermountUnmount(mp, false)
-		if err != nil && force {
-			var aborted bool
-			aborted, err = f.forceUnmount()
-			if err == nil && !aborted {
-				f.stopNotifier()
-				return nil
-			}
+	switch top, ok := fusemount.Find(mp); {
+	case f.mnt.ID != 0 && !f.listed():
+		// Detached by someone else (umount -l, fusermount -uz): it lives
+		// on only while something holds it. Abort it, so that the loops
+		// end either way.
+		if err := f.cfg.Aborter.Abort(f.mnt); err != nil {
+			f.stopNotifier()
+			return nil // the loops end with the last user, or with the process
 		}
-		if err != nil {
-			if fusemount.IsBusy(err) {
-				return api.Errorf(api.ErrBusy, "unmount %s: the mount is in use", mp)
-			}
-			return fmt.Errorf("unmount %s: %w", mp, err)
+		return f.wait()
+	case f.mnt.ID != 0 && ok && top.ID != f.mnt.ID:
+		// Another mount stacked on ours: acting by path would unmount
+		// that one. Abort ours by its connection (fusectl), and leave the
+		// dead mount under theirs.
+		if !force {
+			return api.Errorf(api.ErrBusy, "unmount %s: another filesystem (%s) is mounted on top of it", mp, top.FSType)
 		}
-		f.server.Wait()
-		f.stopNotifier()
-		return nil
+		if err := f.cfg.Aborter.Abort(f.mnt); err != nil {
+			f.stopNotifier()
+			return fmt.Errorf("unmount %s: another filesystem (%s) is mounted on top of it, and %w", mp, top.FSType, err)
+		}
+		return f.wait()
 	}
-	err := f.server.Unmount()
-	if err != nil && force {
+	var err error
+	switch {
+	case f.dev != 0:
+		err = f.unmountAt()
+	case f.fusermounted:
+		err = fusermountUnmount(mp, false) // go-fuse knows only the descriptor
+	default:
+		err = f.server.Unmount()
+	}
+	if err != nil && force && (f.dev == 0 || f.ours(mp)) {
 		var aborted bool
 		aborted, err = f.forceUnmount()
 		if err == nil && !aborted {
@@ -316,11 +391,18 @@ func (f *FS) Unmount(force bool) error {
 		}
 	}
 	if err != nil {
-		if fusemount.IsBusy(err) {
+		if fusemount.IsBusy(err) || (f.dev == 0 && os.Geteuid() != 0 && strings.Contains(err.Error(), "Device or resource busy")) {
+			// fusermount3 (the unprivileged unmount) says busy only in
+			// words: go-fuse returns its stderr.
 			return api.Errorf(api.ErrBusy, "unmount %s: the mount is in use", mp)
 		}
 		return fmt.Errorf("unmount %s: %w", mp, err)
 	}
+	return f.wait()
+}
+
+// wait waits for the server's loops to end, then stops the notifier.
+func (f *FS) wait() error {
 	f.server.Wait()
 	f.stopNotifier()
 	return nil
@@ -332,8 +414,8 @@ func (f *FS) Unmount(force bool) error {
 func (f *FS) forceUnmount() (aborted bool, err error) {
 	mp := f.cfg.Mountpoint
 	m, ok := fusemount.Find(mp) // before the detach hides it
-	if !ok {
-		return false, fmt.Errorf("%s is not mounted", mp)
+	if !ok || (f.dev != 0 && (m.Major != unix.Major(f.dev) || m.Minor != unix.Minor(f.dev))) {
+		return false, fmt.Errorf("unmount %s: the path no longer leads to this mount", mp)
 	}
 	abortErr := f.cfg.Aborter.Abort(m)
 	if top, ok := fusemount.Find(mp); ok && top.ID == m.ID { // a forced unmount may have unmounted it
@@ -342,6 +424,20 @@ func (f *FS) forceUnmount() (aborted bool, err error) {
 		}
 	}
 	return abortErr == nil, nil
+}
+
+// listed reports whether our mount is still in the mount table.
+func (f *FS) listed() bool {
+	ms, err := fusemount.List()
+	if err != nil {
+		return true
+	}
+	for _, m := range ms {
+		if m.ID == f.mnt.ID && m.Major == f.mnt.Major && m.Minor == f.mnt.Minor {
+			return true
+		}
+	}
+	return false
 }
 
 // Current is the branch the mount root shows.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
@@ -33,8 +34,11 @@ type Config struct {
 	Socket    string // default Home/arbord.sock
 	AllowUIDs []int  // if set, the socket is 0666 and admits these uids (SO_PEERCRED)
 	HTTPAddr  string // if set, serve HTTP there
-	Token     string // HTTP bearer token (required for a non-loopback HTTPAddr)
-	AuditLog  string // HTTP audit log path; default Home/audit.log
+	// Token is the HTTP bearer token. Empty means the one kept in
+	// Home/http.token (api.HTTPTokenFile), made at the first start; an
+	// HTTPAddr off loopback needs it given explicitly.
+	Token    string
+	AuditLog string // HTTP audit log path; default Home/audit.log
 	// Passthrough: nil means FUSE passthrough when root.
 	Passthrough *bool
 	Logger      *slog.Logger
@@ -88,7 +92,19 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	if cfg.HTTPAddr != "" {
-		// Check the HTTP face's config (a token off loopback) before mounting anything.
+		if cfg.Token == "" {
+			loop, err := httpapi.IsLoopback(cfg.HTTPAddr)
+			if err != nil {
+				return err
+			}
+			if !loop {
+				return api.Errorf(api.ErrBadRequest, "daemon: HTTP on %s, off loopback, needs an explicit token (--token): a generated one would travel in clear", cfg.HTTPAddr)
+			}
+			if cfg.Token, err = httpToken(cfg.Home, log); err != nil {
+				return err
+			}
+		}
+		// Check the HTTP face's config before mounting anything.
 		if _, err := httpapi.New(httpapi.Config{Addr: cfg.HTTPAddr, Token: cfg.Token, Handler: &router{}, Metrics: m}); err != nil {
 			return err
 		}
@@ -161,7 +177,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 // compose builds the workspace mounts and the tree engine of home behind a
 // router; closeAll closes the engine, then the workspaces.
 func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Logger) (r *router, closeAll func(), err error) {
-	ws, err := workspace.New(workspace.Config{Home: home, Passthrough: passthrough, Aborter: ab, Logger: log})
+	rules, err := access.New(access.Config{Home: home})
+	if err != nil {
+		return nil, nil, err
+	}
+	ws, err := workspace.New(workspace.Config{Home: home, Passthrough: passthrough, Aborter: ab, Logger: log, Access: rules})
 	if err != nil {
 		return nil, nil, err
 	}

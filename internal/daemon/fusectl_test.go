@@ -202,6 +202,22 @@ func TestTakeoverFromDyingDaemon(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the stuck daemon did not get stuck within 20s")
 	}
+	// Its connection, while the mount is visible: if the code under test
+	// fails to free it, the cleanup aborts it through the host's fusectl
+	// (this namespace may have none), or the process stays stuck for good.
+	if m, ok := fusemount.Find(filepath.Join(home, "stuck")); ok {
+		conn := m.Conn()
+		t.Cleanup(func() {
+			select {
+			case <-exited:
+				return
+			default:
+			}
+			for _, dir := range []string{fusemount.CtlDir, "/proc/1/root" + fusemount.CtlDir} {
+				os.WriteFile(filepath.Join(dir, fmt.Sprint(conn), "abort"), []byte("1"), 0)
+			}
+		})
+	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

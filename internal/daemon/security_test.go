@@ -152,6 +152,9 @@ func TestNoEscape(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
 	}
+	if _, err := os.Lstat(filepath.Join(base, "sub")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused mountpoint inside the base was created there: %v", err)
+	}
 	// Labels are metadata: a fork labelled with a path makes no such path.
 	evil := []string{"../../../../escape-label", "/escape-abs", "..", "a/../../escape-mid"}
 	r := must(api.Request{Op: api.OpTreeForkBat, TreeID: "t", SourceID: tr.Root, Labels: evil})

@@ -223,6 +223,11 @@ func (e *Engine) reload(ts *treeState) {
 	}
 	ts.mu.Unlock()
 	nts, err := e.load(context.Background(), ts.id)
+	if err == nil {
+		ts.mu.Lock()
+		nts.seq = ts.seq // the event sequence goes on
+		ts.mu.Unlock()
+	}
 	e.mu.Lock()
 	if err != nil {
 		delete(e.trees, ts.id)
@@ -230,6 +235,9 @@ func (e *Engine) reload(ts *treeState) {
 		e.trees[ts.id] = nts
 	}
 	e.mu.Unlock()
+	// Watchers saw the broken memory: end their streams, so that they
+	// watch again and start from a snapshot of what is on disk.
+	e.hub.endTree(ts.id)
 	if err != nil {
 		ts.mu.Lock()
 		ts.dropped = true
@@ -237,7 +245,6 @@ func (e *Engine) reload(ts *treeState) {
 	}
 	if err != nil {
 		e.log.Error("reload a broken tree; it stays closed until tree_open", "tree", ts.id, "err", err)
-		e.hub.endTree(ts.id)
 		return
 	}
 	e.log.Info("tree reloaded from disk", "tree", ts.id)
@@ -312,13 +319,7 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 
 // isAPI reports whether err wraps an api sentinel.
 func isAPI(err error) bool {
-	for _, s := range []error{api.ErrBadRequest, api.ErrNotFound, api.ErrExists, api.ErrStale, api.ErrBudget,
-		api.ErrProtected, api.ErrState, api.ErrBusy, api.ErrNoSpace, api.ErrLimit, api.ErrAuth, api.ErrUnavailable, api.ErrInternal} {
-		if errors.Is(err, s) {
-			return true
-		}
-	}
-	return false
+	return api.Code(err) != api.CodeInternal || errors.Is(err, api.ErrInternal)
 }
 
 // TreeStats is one tree's state for gauges.

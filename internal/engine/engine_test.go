@@ -126,6 +126,8 @@ func TestCodingAgentShape(t *testing.T) {
 	wantErr(t, err, api.ErrStale, "commit of a stale sibling")
 	_, err = e.Do(context.Background(), api.Request{Op: api.OpTreeFork, TreeID: "demo", SourceID: fb.Forks[1].NodeID, Label: "x"})
 	wantErr(t, err, api.ErrStale, "fork of a stale node")
+	_, err = e.Do(context.Background(), api.Request{Op: api.OpTreeProtect, TreeID: "demo", NodeID: fb.Forks[1].NodeID})
+	wantErr(t, err, api.ErrState, "protect of a stale node")
 	nodes := nodeMap(do(t, e, api.Request{Op: api.OpTreeNodes, TreeID: "demo"}))
 	if len(nodes) != 4 || nodes[fb.Forks[1].NodeID].State != api.StateStale || nodes[fb.Forks[1].NodeID].Path != "" {
 		t.Fatalf("nodes: %+v", nodes)

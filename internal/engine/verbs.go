@@ -268,6 +268,9 @@ func (e *Engine) open(ctx context.Context, req api.Request) (api.Response, error
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	if ts.broken {
+		return api.Response{}, api.Errorf(api.ErrBusy, "%s: tree %q is being reloaded from disk after an internal error; try again", op, req.TreeID)
+	}
 	e.measure(ts)
 	r := e.nodesResponse(ts, "tree_opened")
 	return r, nil

@@ -35,14 +35,19 @@ func ArborSystems() []System {
 // mount it serves itself (a page fault or a git run inside it can wait on
 // the kernel for a request that the same process would have to answer,
 // go-fuse's "Deadlocks" note). Forks, commits and aborts go to the child
-// over a pipe, one JSON line each way, and are timed with that round trip,
-// as a client of arbord pays one on its socket.
+// over a pipe, one JSON line each way, and are timed by the child's own
+// clock (ServiceTimer): the pipe's round trip is not in the figures, as it
+// was not when the store was served in-process.
 func NewArbor(depth int) System { return &arborSys{depth: depth} }
 
 // ServeEnv, set in a process's environment, makes it serve one Arbor mount
 // for the benchmark (Serve) instead of doing what it would: cmd/arbor and
 // this package's tests check it first.
 const ServeEnv = "ARBOR_FSBENCH_SERVE"
+
+// callTimeout bounds one request to the server (a commit of 100 MB into
+// the base, durable, takes well under a second here).
+const callTimeout = 2 * time.Minute
 
 type arborSys struct {
 	depth   int
@@ -129,6 +134,14 @@ func (a *arborSys) Setup(ctx context.Context, base, scratch string) (string, err
 func (a *arborSys) call(req serveReq) (serveResp, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.last.Store(0)
+	// A server that hangs is killed (and its mount's connection aborted),
+	// which ends the read below.
+	hung := time.AfterFunc(callTimeout, func() {
+		a.cmd.Process.Kill()
+		(&fusemount.Aborter{}).AbortAt(a.mnt)
+	})
+	defer hung.Stop()
 	line, err := json.Marshal(req)
 	if err != nil {
 		return serveResp{}, err
@@ -173,6 +186,7 @@ func (a *arborSys) Teardown(ctx context.Context) error {
 	a.in.Close()
 	select {
 	case <-a.done:
+		fusemount.DetachStale(a.mnt) // a server that died leaves its mount dead
 	case <-time.After(30 * time.Second):
 		err = errors.Join(err, fmt.Errorf("%s: the mount's server did not exit; killed", a.Name()))
 		a.kill(a.mnt)

@@ -176,7 +176,7 @@ func IsBusy(err error) bool { return errors.Is(err, unix.EBUSY) }
 // and lives on while something holds a file or a cwd in it. Without
 // CAP_SYS_ADMIN it asks fusermount3 (a user's own FUSE mounts only).
 func Detach(point string) error {
-	err := unix.Unmount(point, unix.MNT_DETACH)
+	err := unix.Unmount(point, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	if errors.Is(err, unix.EPERM) && os.Geteuid() != 0 {
 		err = fusermount("-u", "-z", point)
 	}
@@ -228,9 +228,8 @@ type Aborter struct {
 	Logger *slog.Logger // told once why fusectl cannot be used
 
 	mu     sync.Mutex
-	ready  bool  // fusectl is mounted at dir
-	ctlErr error // why it is not, once tried
-	logged bool
+	ready  bool // fusectl was mounted at dir when last looked
+	logged bool // the reason it is not was logged
 }
 
 func (a *Aborter) dir() string {
@@ -241,20 +240,21 @@ func (a *Aborter) dir() string {
 }
 
 // EnsureCtl makes fusectl available: it is mounted already, or this
-// process is root and mounts it. The first failure is logged once and
-// remembered; later calls return it without trying again.
+// process is root and mounts it. It tries again at every call until it
+// succeeds (the fuse module, loaded by the first open of /dev/fuse, may
+// make the directory appear later); the first failure is logged, once.
 func (a *Aborter) EnsureCtl() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.ready || a.ctlErr != nil {
-		return a.ctlErr
+	if a.ready && CtlMounted(a.dir()) {
+		return nil
 	}
+	a.ready = false
 	err := a.mountCtl()
 	if err == nil {
 		a.ready = true
 		return nil
 	}
-	a.ctlErr = err
 	if a.Logger != nil && !a.logged {
 		a.logged = true
 		how := "aborting a FUSE connection falls back to a forced unmount"
@@ -303,29 +303,49 @@ func (a *Aborter) mountCtl() error {
 // the mount, unmounts it too (a caller that still wants the mountpoint
 // must mount again). Without either it returns ErrCannotAbort.
 func (a *Aborter) Abort(m Mount) error {
-	if a.EnsureCtl() == nil {
+	ctlErr := a.EnsureCtl()
+	if ctlErr == nil {
 		err := os.WriteFile(filepath.Join(a.dir(), strconv.FormatUint(m.Conn(), 10), "abort"), []byte("1"), 0)
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, os.ErrNotExist) {
-			return nil // the connection has ended already
+		if errors.Is(err, os.ErrNotExist) && CtlMounted(a.dir()) && !listed(m) {
+			return nil // the connection has ended, and the mount with it
 		}
+		ctlErr = fmt.Errorf("abort FUSE connection %d of %s: %w", m.Conn(), m.Point, err)
 		if os.Geteuid() != 0 {
-			return fmt.Errorf("abort FUSE connection %d of %s: %w", m.Conn(), m.Point, err)
+			return ctlErr
 		}
-		// Root, and fusectl refused: try the forced unmount.
+		// Root, and fusectl did not do it: try the forced unmount.
 	}
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("abort the FUSE connection of %s: %w (not root, and %w)", m.Point, ErrCannotAbort, a.EnsureCtl())
+		return fmt.Errorf("abort the FUSE connection of %s: %w (not root, and %w)", m.Point, ErrCannotAbort, ctlErr)
 	}
-	// umount_begin runs before the busy check, so EBUSY means aborted
-	// but still held.
-	err := unix.Unmount(m.Point, unix.MNT_FORCE)
+	// A forced unmount acts on the topmost mount at the path: only when
+	// that is m does it abort m's connection (umount_begin runs before the
+	// busy check, so EBUSY means aborted but still held).
+	if top, ok := Find(m.Point); !ok || top.ID != m.ID {
+		return fmt.Errorf("abort the FUSE connection of %s: %w (fusectl: %w; and another mount is on top of it, so a forced unmount would hit that one)", m.Point, ErrCannotAbort, ctlErr)
+	}
+	err := unix.Unmount(m.Point, unix.MNT_FORCE|unix.UMOUNT_NOFOLLOW)
 	if err == nil || IsBusy(err) {
 		return nil
 	}
 	return fmt.Errorf("abort the FUSE connection of %s by a forced unmount: %w", m.Point, err)
+}
+
+// listed reports whether mount m (by its ID) is still in the mount table.
+func listed(m Mount) bool {
+	ms, err := List()
+	if err != nil {
+		return true
+	}
+	for _, o := range ms {
+		if o.ID == m.ID {
+			return true
+		}
+	}
+	return false
 }
 
 // AbortAt aborts the connection of the topmost mount at point, if that is a

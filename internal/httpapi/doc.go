@@ -46,10 +46,11 @@
 //
 // # Security
 //
-// Every route but /healthz needs "Authorization: Bearer <token>" when
-// Config.Token is set, compared in constant time (over SHA-256 digests, so
-// the length does not leak either). New refuses a listen address that is not
-// loopback unless a token is set. The audit log gets one JSON line per
+// Every route but /healthz needs "Authorization: Bearer <token>",
+// compared in constant time (over SHA-256 digests, so the length does not
+// leak either); New refuses a Config without a Token (the daemon generates
+// one when none is given). The token is HTTP's only credential: the paths a
+// request names are checked as the daemon's own user (access.Self). The audit log gets one JSON line per
 // request (time, remote, method, path, status, duration, op, tree, node);
 // never the token or the query string.
 //

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/metrics"
 )
 
@@ -37,11 +38,10 @@ const (
 
 // Config configures a Server. Handler is required.
 type Config struct {
-	// Addr is where Run listens; empty means DefaultAddr. A non-loopback
-	// address needs a Token.
+	// Addr is where Run listens; empty means DefaultAddr.
 	Addr string
-	// Token, if set, is required as "Authorization: Bearer <Token>" on every
-	// route but /healthz.
+	// Token is required as "Authorization: Bearer <Token>" on every route
+	// but /healthz. Required: the HTTP face never serves without one.
 	Token   string
 	Handler Handler
 	// Metrics counts requests and serves /metrics; nil makes a private one.
@@ -67,8 +67,9 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	token   [sha256.Size]byte
-	auditMu sync.Mutex // serialises audit lines
-	auditOK bool       // guarded by auditMu: false after a write failure was logged
+	self    access.Cred // the daemon's credentials: what HTTP requests are checked as
+	auditMu sync.Mutex  // serialises audit lines
+	auditOK bool        // guarded by auditMu: false after a write failure was logged
 }
 
 // New validates cfg and returns a Server.
@@ -82,12 +83,11 @@ func New(cfg Config) (*Server, error) {
 	if strings.ContainsFunc(cfg.Token, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		return nil, fmt.Errorf("httpapi: Config.Token contains whitespace or control characters")
 	}
-	loop, err := isLoopback(cfg.Addr)
-	if err != nil {
+	if _, err := IsLoopback(cfg.Addr); err != nil {
 		return nil, err
 	}
-	if !loop && cfg.Token == "" {
-		return nil, fmt.Errorf("httpapi: refusing to listen on non-loopback address %q without a token", cfg.Addr)
+	if cfg.Token == "" {
+		return nil, fmt.Errorf("httpapi: refusing to serve %q without a token (Config.Token)", cfg.Addr)
 	}
 	if cfg.MaxBodyBytes < 0 || cfg.ShutdownTimeout < 0 {
 		return nil, fmt.Errorf("httpapi: negative MaxBodyBytes or ShutdownTimeout")
@@ -109,20 +109,18 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, mux: http.NewServeMux(), auditOK: true}
-	if cfg.Token != "" {
-		s.token = sha256.Sum256([]byte(cfg.Token))
-	}
+	s := &Server{cfg: cfg, log: log, mux: http.NewServeMux(), auditOK: true, self: access.Self()}
+	s.token = sha256.Sum256([]byte(cfg.Token))
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.method+" "+rt.pattern, rt.h)
 	}
 	return s, nil
 }
 
-// isLoopback reports whether a listen address binds only loopback
+// IsLoopback reports whether a listen address binds only loopback
 // interfaces. An empty host or 0.0.0.0 binds all; a name other than
 // localhost could resolve anywhere.
-func isLoopback(addr string) (bool, error) {
+func IsLoopback(addr string) (bool, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false, fmt.Errorf("httpapi: listen address %q: %w", addr, err)
@@ -284,9 +282,6 @@ func (p *statusProbe) WriteHeader(code int) {
 }
 
 func (s *Server) authorized(r *http.Request) bool {
-	if s.cfg.Token == "" {
-		return true
-	}
 	h := r.Header.Get("Authorization")
 	if len(h) < 7 || !strings.EqualFold(h[:7], "bearer ") { // the scheme is case-insensitive
 		return false
@@ -341,6 +336,8 @@ func Status(code string) int {
 		return http.StatusBadRequest
 	case api.CodeAuth:
 		return http.StatusUnauthorized
+	case api.CodeForbidden:
+		return http.StatusForbidden
 	case api.CodeNotFound:
 		return http.StatusNotFound
 	case api.CodeExists, api.CodeStale, api.CodeState, api.CodeProtected, api.CodeBusy, api.CodeBudget:

@@ -56,6 +56,9 @@ func serve(t testing.TB, h httpapi.Handler, cfg httpapi.Config) string {
 	}
 	cfg.Handler = h
 	cfg.Addr = ln.Addr().String()
+	if cfg.Token == "" {
+		cfg.Token = testToken
+	}
 	s, err := httpapi.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -77,10 +80,26 @@ func serve(t testing.TB, h httpapi.Handler, cfg httpapi.Config) string {
 	return "http://" + ln.Addr().String()
 }
 
+// newHTTPClient sends testToken on every request that carries no
+// Authorization header; bareHTTPClient sends what the request has.
 func newHTTPClient(t testing.TB) *http.Client {
+	return &http.Client{Transport: withToken{bareHTTPClient(t).Transport}}
+}
+
+func bareHTTPClient(t testing.TB) *http.Client {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
+}
+
+type withToken struct{ rt http.RoundTripper }
+
+func (w withToken) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Header.Get("Authorization") == "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+testToken)
+	}
+	return w.rt.RoundTrip(r)
 }
 
 type envelope struct {
@@ -158,7 +177,7 @@ func TestScenarios(t *testing.T) {
 
 func TestAuth(t *testing.T) {
 	base := serve(t, facetest.NewFake(), httpapi.Config{Token: testToken})
-	hc := newHTTPClient(t)
+	hc := bareHTTPClient(t)
 	for _, tc := range []struct {
 		name, method, path, header string
 		want                       int
@@ -212,11 +231,15 @@ func TestNewRefuses(t *testing.T) {
 		addr, token string
 		ok          bool
 	}{
-		{"127.0.0.1:8890", "", true},
-		{"127.5.5.5:0", "", true},
-		{"[::1]:0", "", true},
-		{"localhost:0", "", true},
-		{"", "", true}, // the default is loopback
+		// Never without a token, loopback or not.
+		{"127.0.0.1:8890", "", false},
+		{"127.5.5.5:0", "", false},
+		{"[::1]:0", "", false},
+		{"localhost:0", "", false},
+		{"", "", false},
+		{"127.0.0.1:8890", testToken, true},
+		{"localhost:0", testToken, true},
+		{"", testToken, true}, // the default is loopback
 		{"0.0.0.0:8890", "", false},
 		{":8890", "", false},
 		{"[::]:8890", "", false},
@@ -241,8 +264,14 @@ func TestNewRefuses(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
+	// Every code of api's table has a status of its own (only internal is 500).
+	for _, code := range api.Codes() {
+		if got := httpapi.Status(code); (got == 500) != (code == api.CodeInternal) {
+			t.Errorf("Status(%s) = %d", code, got)
+		}
+	}
 	want := map[string]int{
-		api.CodeBadRequest: 400, api.CodeAuth: 401, api.CodeNotFound: 404,
+		api.CodeBadRequest: 400, api.CodeAuth: 401, api.CodeForbidden: 403, api.CodeNotFound: 404,
 		api.CodeExists: 409, api.CodeStale: 409, api.CodeState: 409, api.CodeProtected: 409,
 		api.CodeBusy: 409, api.CodeBudget: 409, api.CodeNoSpace: 507, api.CodeLimit: 503, api.CodeUnavailable: 503, api.CodeInternal: 500, "weird": 500,
 	}
@@ -340,7 +369,7 @@ func TestRouting(t *testing.T) {
 }
 
 func TestOpenAPIMatchesRoutes(t *testing.T) {
-	s, err := httpapi.New(httpapi.Config{Handler: facetest.NewFake()})
+	s, err := httpapi.New(httpapi.Config{Handler: facetest.NewFake(), Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -579,7 +608,7 @@ func TestShutdownEndsStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := httpapi.New(httpapi.Config{Handler: f, Addr: ln.Addr().String(), ShutdownTimeout: 2 * time.Second})
+	s, err := httpapi.New(httpapi.Config{Handler: f, Addr: ln.Addr().String(), Token: testToken, ShutdownTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -588,7 +617,7 @@ func TestShutdownEndsStreams(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
 	hc := newHTTPClient(t)
-	events, err := client.NewHTTP("http://"+ln.Addr().String(), "", hc).Watch(t.Context(), "t")
+	events, err := client.NewHTTP("http://"+ln.Addr().String(), testToken, hc).Watch(t.Context(), "t")
 	if err != nil {
 		t.Fatal(err)
 	}

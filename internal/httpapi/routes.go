@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/metrics"
 )
 
@@ -190,7 +191,9 @@ func (s *Server) call(ctx context.Context, req api.Request) (resp api.Response, 
 			err = api.Errorf(api.ErrInternal, "%s: the daemon failed serving this request", req.Op)
 		}
 	}()
-	return s.cfg.Handler.Do(ctx, req)
+	// The bearer token is the only credential HTTP has: paths a request
+	// names are checked as the daemon itself.
+	return s.cfg.Handler.Do(access.WithCred(ctx, s.self), req)
 }
 
 // decode reads a strict JSON object body into v; an empty body leaves v

@@ -27,7 +27,11 @@
 // directory and hard-linked into place), so there is no window with a wider
 // mode, and an existing socket is removed only if nothing answers on it.
 // Every request's context carries its connection's peer uid (Peer), so the
-// handler can restrict ops such as shutdown.
+// handler can restrict ops such as shutdown, and the peer's full
+// credentials (uid, gid, groups from SO_PEERCRED and SO_PEERGROUPS, as
+// access.FromContext), against which the paths a request names are
+// checked. A connection whose credentials cannot be read is answered with
+// one unauthorized line and closed.
 //
 // # Limits
 //

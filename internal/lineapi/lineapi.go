@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/metrics"
 )
 
@@ -206,9 +207,18 @@ func (s *Server) drainOne(ln net.Listener, sp *spare) {
 
 func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	if uc, ok := c.(*net.UnixConn); ok {
-		if uid, err := PeerUID(uc); err == nil {
-			ctx = context.WithValue(ctx, peerKey{}, uid)
+		// The requester's credentials go with every request (paths are
+		// checked against them); without them nothing is served.
+		cred, err := PeerCred(uc)
+		if err != nil {
+			b, _ := json.Marshal(errorResponse(api.Errorf(api.ErrAuth, "peer credentials unavailable: %v", err)))
+			c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			c.Write(append(b, '\n'))
+			c.Close()
+			return
 		}
+		ctx = context.WithValue(ctx, peerKey{}, cred.UID)
+		ctx = access.WithCred(ctx, cred)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -232,7 +242,8 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 type peerKey struct{}
 
 // Peer returns the uid of the socket peer whose request ctx belongs to
-// (SO_PEERCRED), if the request came over a Unix socket.
+// (SO_PEERCRED), if the request came over a Unix socket. The peer's full
+// credentials are in ctx too (access.FromContext).
 func Peer(ctx context.Context) (uid uint32, ok bool) {
 	uid, ok = ctx.Value(peerKey{}).(uint32)
 	return uid, ok

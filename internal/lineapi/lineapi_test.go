@@ -13,13 +13,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/facetest"
 	"github.com/arbor-dev/arbor/internal/lineapi"
 	"github.com/arbor-dev/arbor/internal/metrics"
@@ -451,4 +454,74 @@ func TestHelperClient(t *testing.T) {
 	io.WriteString(c, `{"op":"ping"}`+"\n")
 	line, err := bufio.NewReader(c).ReadString('\n')
 	fmt.Printf("reply: %s err: %v\n", strings.TrimSpace(line), err)
+}
+
+// credRecorder records the requester credentials of each request.
+type credRecorder struct {
+	lineapi.Handler
+	mu    sync.Mutex
+	creds []access.Cred
+	none  int
+}
+
+func (h *credRecorder) Do(ctx context.Context, req api.Request) (api.Response, error) {
+	h.mu.Lock()
+	if c, ok := access.FromContext(ctx); ok {
+		h.creds = append(h.creds, c)
+	} else {
+		h.none++
+	}
+	h.mu.Unlock()
+	return h.Handler.Do(ctx, req)
+}
+
+// TestPeerCredentials: every request carries its peer's uid, gid and
+// supplementary groups (SO_PEERCRED, SO_PEERGROUPS) for the path rules.
+func TestPeerCredentials(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("ARBOR_TEST_REQUIRE") != "" {
+			t.Fatal("needs root to run a client as another uid (ARBOR_TEST_REQUIRE is set)")
+		}
+		t.Skip("needs root to run a client as another uid")
+	}
+	dir := shortTemp(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "helper")
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := &credRecorder{Handler: facetest.NewFake()}
+	path := serve(t, h, lineapi.Config{AllowUIDs: []int{65534}})
+	if err := os.Chmod(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-test.run=^TestHelperClient$")
+	cmd.Env = []string{"ARBOR_LINEAPI_HELPER=" + path}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65533, Groups: []uint32{4242, 4243}}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"status":"pong"`) {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.none != 0 || len(h.creds) != 1 {
+		t.Fatalf("requests with credentials %v, without %d", h.creds, h.none)
+	}
+	c := h.creds[0]
+	slices.Sort(c.Groups)
+	if c.UID != 65534 || c.GID != 65533 || !slices.Equal(c.Groups, []uint32{4242, 4243}) {
+		t.Errorf("peer credentials %+v, want uid 65534 gid 65533 groups [4242 4243]", c)
+	}
 }

@@ -40,9 +40,16 @@ func Required(capability string) bool {
 	return false
 }
 
-// Missing skips t with why, or fails it when capability is required.
+// Missing skips t with why, or fails it when capability is required. A
+// name in ARBOR_TEST_REQUIRE that is no capability fails it too: a typo
+// (or the old "1") must not quietly require nothing.
 func Missing(t testing.TB, capability, why string) {
 	t.Helper()
+	for _, c := range strings.Split(os.Getenv(Env), ",") {
+		if c = strings.TrimSpace(c); c != "" && c != "all" && !slices.Contains(Names(), c) {
+			t.Fatalf("%s=%s: %q is no capability (all, or some of %s)", Env, os.Getenv(Env), c, strings.Join(Names(), ", "))
+		}
+	}
 	if Required(capability) {
 		t.Fatalf("%s (%s=%s requires %s)", why, Env, os.Getenv(Env), capability)
 	}

@@ -7,7 +7,8 @@
 // A Tree holds nodes with engine-style ids ("n1" is the root, then "n2",
 // "n3", ... in creation order, never reused). A node is Live (costs its
 // RAMBytes), Suspended (state on disk only) or Stale (a sibling committed
-// first; only abort and prune apply). Each node records its fork point:
+// first; only abort and prune apply, and unprotect so that a node protected
+// before it went stale can be pruned; protect is refused with api.ErrState). Each node records its fork point:
 // ForkGen is the parent's Gen when the node was forked, and every commit into
 // a node bumps its Gen. A tree has an api.Budget (max live nodes, max live
 // RAM, max disk; zero fields take api.DefaultBudget).

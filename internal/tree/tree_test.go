@@ -435,3 +435,36 @@ func TestDiskBudgetMessage(t *testing.T) {
 		t.Fatalf("a fork that fits exactly: %v", err)
 	}
 }
+
+// TestStaleRefusesProtect: a stale node cannot be protected (only abort and
+// prune apply), but one protected before it went stale can be unprotected
+// and then pruned.
+func TestStaleRefusesProtect(t *testing.T) {
+	tr, _ := New(api.Budget{}, t0)
+	p, _ := run(t, tr, t0, step{verb: "fork", node: "n1", labels: 3})
+	a, b, c := p.Created[0], p.Created[1], p.Created[2]
+	run(t, tr, t0, step{verb: "protect", node: c})
+	if _, err := run(t, tr, t0, step{verb: "commit", node: a}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := tr.Node(b); n.State != Stale {
+		t.Fatalf("%s is %s, want stale", b, n.State)
+	}
+	_, err := run(t, tr, t0, step{verb: "protect", node: b})
+	if !errors.Is(err, api.ErrState) || !strings.Contains(err.Error(), "stale") {
+		t.Fatalf("protect of a stale node: %v, want ErrState naming stale", err)
+	}
+	if n, _ := tr.Node(b); n.Protected {
+		t.Fatal("the refused protect protected the node")
+	}
+	// Protected before it went stale: unprotect applies, then prune.
+	if _, err := run(t, tr, t0, step{verb: "prune", node: c}); !errors.Is(err, api.ErrProtected) {
+		t.Fatalf("prune of a protected stale node: %v", err)
+	}
+	if _, err := run(t, tr, t0, step{verb: "unprotect", node: c}); err != nil {
+		t.Fatalf("unprotect of a stale node: %v", err)
+	}
+	if _, err := run(t, tr, t0, step{verb: "prune", node: c}); err != nil {
+		t.Fatalf("prune after unprotect: %v", err)
+	}
+}

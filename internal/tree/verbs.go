@@ -515,14 +515,20 @@ func (t *Tree) PlanResume(now time.Time, node string) (*Plan, error) {
 }
 
 // PlanProtect plans setting (on) or clearing node's protection; it is
-// idempotent and applies in every state. Errors wrap api.ErrNotFound.
+// idempotent. A stale node cannot be protected (only abort and prune apply
+// to it), but it can be unprotected, so that a node protected before it went
+// stale can still be pruned. Errors wrap api.ErrNotFound or api.ErrState.
 func (t *Tree) PlanProtect(node string, on bool) (*Plan, error) {
 	verb := "protect"
 	if !on {
 		verb = "unprotect"
 	}
-	if _, err := t.lookup(verb, node, true); err != nil {
+	n, err := t.lookup(verb, node, true)
+	if err != nil {
 		return nil, err
+	}
+	if on && n.State == Stale {
+		return nil, api.Errorf(api.ErrState, "protect %s: the node is stale (a sibling committed first); only abort, prune and unprotect apply", node)
 	}
 	d := t.draft(verb, node)
 	d.edit(node).Protected = on

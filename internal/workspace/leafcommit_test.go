@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/testenv"
 )
 
@@ -29,7 +30,7 @@ func TestCommitLeafOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := m.Do(context.Background(), api.Request{Op: api.OpWsCommit, Mountpoint: mp, Branch: "a"})
+	_, err := m.Do(access.WithCred(context.Background(), access.Self()), api.Request{Op: api.OpWsCommit, Mountpoint: mp, Branch: "a"})
 	if !errors.Is(err, api.ErrState) || api.Code(err) != api.CodeState {
 		t.Fatalf("ws_commit a (child b): %v, want bad_state", err)
 	}

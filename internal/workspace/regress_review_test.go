@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/testenv"
 	"github.com/arbor-dev/arbor/internal/workspace"
 )
 
 func do(t *testing.T, m *workspace.Manager, r api.Request) api.Response {
 	t.Helper()
-	resp, err := m.Do(context.Background(), r)
+	resp, err := m.Do(access.WithCred(context.Background(), access.Self()), r)
 	if err != nil {
 		t.Fatalf("%s: %v", r.Op, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/cowfs"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/store"
@@ -27,6 +28,21 @@ type TreeFiles struct {
 // private directory is dir, over base.
 func (m *Manager) OpenTreeFiles(ctx context.Context, dir, base string) (*TreeFiles, error) {
 	base = filepath.Clean(base)
+	if err := m.notInMount(base); err != nil { // before opening it: never a request to our own mount
+		return nil, fmt.Errorf("tree files: %w", err)
+	}
+	// The requester's credentials, or the daemon's own for a caller with
+	// none (the engine reopening its trees at start).
+	cred, ok := access.FromContext(ctx)
+	if !ok {
+		cred = access.Self()
+	}
+	d, err := m.rules.Base(cred, base)
+	if err != nil {
+		return nil, fmt.Errorf("tree files: %w", err)
+	}
+	base = d.Path
+	d.Close()
 	if err := m.apart(base); err != nil {
 		return nil, fmt.Errorf("tree files: %w", err)
 	}

@@ -3,7 +3,11 @@
 // remembered across restarts) and the mounts that hold a tree's node files.
 //
 // Several mounts of one base share one store, so a commit through one is
-// seen by all. Manager.mu guards the tables; the store and each mount have
+// seen by all. Every base and mountpoint a request names is checked with
+// access.Rules as the requester (access.FromContext) before anything is
+// opened or made there, and a mount is then driven only by the uid that
+// made it, root or the daemon's uid; a restart checks its recorded mounts
+// again as their owners. Manager.mu guards the tables; the store and each mount have
 // their own locks and Manager never holds its lock across a FUSE request.
 package workspace
 
@@ -22,6 +26,7 @@ import (
 	"sync"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/cowfs"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/store"
@@ -33,6 +38,9 @@ type Config struct {
 	Passthrough *bool              // see cowfs.Config; nil: when root
 	Aborter     *fusemount.Aborter // see cowfs.Config
 	Logger      *slog.Logger
+	// Access checks the paths a request names against the requester's
+	// credentials (access.FromContext); nil means access.New for Home.
+	Access *access.Rules
 }
 
 // Manager owns every workspace mount.
@@ -40,9 +48,13 @@ type Manager struct {
 	cfg Config
 	log *slog.Logger
 
-	mu     sync.Mutex           // guards stores and mounts, and the record file
-	stores map[string]*shared   // by absolute base path
-	mounts map[string]*cowfs.FS // by absolute mountpoint
+	rules *access.Rules
+	self  uint32 // the daemon's euid: may act on every mount, as root may
+
+	mu     sync.Mutex             // guards stores, mounts and owners, and the record file
+	stores map[string]*shared     // by absolute base path
+	mounts map[string]*cowfs.FS   // by absolute mountpoint
+	owners map[string]access.Cred // by mountpoint: who mounted it
 }
 
 // shared is one store and the mounts that show it.
@@ -66,11 +78,14 @@ func (sh *shared) remove(mp string) (left int) {
 	return len(sh.mounts)
 }
 
-// record is a mount as remembered in Home/mounts.json.
+// record is a mount as remembered in Home/mounts.json. Cred is who
+// mounted it: a restart checks the paths again as them (a record without
+// one is checked as root).
 type record struct {
-	Base       string `json:"base"`
-	Mountpoint string `json:"mountpoint"`
-	Branch     string `json:"branch"`
+	Base       string       `json:"base"`
+	Mountpoint string       `json:"mountpoint"`
+	Branch     string       `json:"branch"`
+	Cred       *access.Cred `json:"cred,omitempty"`
 }
 
 // New makes the manager and re-establishes the mounts it had before a
@@ -83,13 +98,25 @@ func New(cfg Config) (*Manager, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{cfg: cfg, log: log, stores: map[string]*shared{}, mounts: map[string]*cowfs.FS{}}
+	rules := cfg.Access
+	if rules == nil {
+		var err error
+		if rules, err = access.New(access.Config{Home: cfg.Home}); err != nil {
+			return nil, err
+		}
+	}
+	m := &Manager{cfg: cfg, log: log, rules: rules, self: uint32(os.Geteuid()),
+		stores: map[string]*shared{}, mounts: map[string]*cowfs.FS{}, owners: map[string]access.Cred{}}
 	recs, err := m.readRecords()
 	if err != nil {
 		return nil, err
 	}
 	for _, r := range recs {
-		if _, err := m.mount(r.Base, r.Mountpoint, r.Branch); err != nil {
+		cred := access.Cred{}
+		if r.Cred != nil {
+			cred = *r.Cred
+		}
+		if _, _, err := m.checkAndMount(cred, r.Base, r.Mountpoint, r.Branch); err != nil {
 			log.Warn("restore mount", "base", r.Base, "mountpoint", r.Mountpoint, "err", err)
 		}
 	}
@@ -164,7 +191,8 @@ func ParseSource(src string) (home, base string, ok bool) {
 func (m *Manager) writeRecords() error {
 	recs := []record{}
 	for mp, f := range m.mounts {
-		recs = append(recs, record{Base: f.Store().Base(), Mountpoint: mp, Branch: f.Current()})
+		cred := m.owners[mp]
+		recs = append(recs, record{Base: f.Store().Base(), Mountpoint: mp, Branch: f.Current(), Cred: &cred})
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Mountpoint < recs[j].Mountpoint })
 	data, err := json.MarshalIndent(recs, "", "  ")
@@ -200,13 +228,75 @@ func (m *Manager) storeDir(base string) string {
 	return filepath.Join(m.cfg.Home, "ws", hex.EncodeToString(h[:8]))
 }
 
-// mount mounts base at mp showing branch. The caller holds m.mu or is New.
-func (m *Manager) mount(base, mp, branch string) (*cowfs.FS, error) {
-	if f, ok := m.mounts[mp]; ok {
-		return nil, api.Errorf(api.ErrExists, "mount %s: already mounted (base %s)", mp, f.Store().Base())
+// checkAndMount checks a base and a mountpoint as cred (access.Rules,
+// without holding m.mu: the checks open paths) and mounts. The same base
+// already mounted there, by cred or for cred to use, is no error: it
+// returns that mount and already. The caller does not hold m.mu.
+func (m *Manager) checkAndMount(cred access.Cred, baseArg, mpArg, branch string) (f *cowfs.FS, already bool, err error) {
+	base, err := m.base(baseArg)
+	if err != nil {
+		return nil, false, fmt.Errorf("mount: base: %w", err)
 	}
-	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
-		return nil, api.Errorf(api.ErrBadRequest, "mount: base %s is not a directory", base)
+	bd, err := m.rules.Base(cred, base)
+	if err != nil {
+		return nil, false, fmt.Errorf("mount: %w", err)
+	}
+	base = bd.Path
+	bd.Close()
+	if err := m.notInMount(base); err != nil {
+		return nil, false, fmt.Errorf("mount: base: %w", err)
+	}
+	mp, err := m.mountpoint(mpArg)
+	if err != nil {
+		return nil, false, fmt.Errorf("mount: mountpoint: %w", err)
+	}
+	m.mu.Lock()
+	knownF, known := m.mounts[mp]
+	var owned error
+	if known {
+		owned = m.mayUseAs(cred, api.OpWsMount, mp)
+	}
+	m.mu.Unlock()
+	switch { // never open one of our own mounts (see mountpoint)
+	case known && knownF.Store().Base() == base && owned == nil:
+		// The same base at the same place (a restarted daemon
+		// re-established it): nothing to do, unless another branch was
+		// asked for.
+		if cur := knownF.Current(); branch != "" && branch != cur {
+			return nil, false, api.Errorf(api.ErrExists,
+				"mount %s: already mounted, showing %s, not %s (arbor switch changes the branch shown)", mp, cur, branch)
+		}
+		return knownF, true, nil
+	case known && knownF.Store().Base() == base:
+		return nil, false, owned
+	case known:
+		return nil, false, api.Errorf(api.ErrExists, "mount %s: already mounted (base %s)", mp, knownF.Store().Base())
+	}
+	if inside(mp, base) || inside(base, mp) { // before a missing mountpoint is made in the base
+		return nil, false, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and base %s must not contain each other", mp, base)
+	}
+	fusemount.DetachStale(mp)
+	dir, err := m.rules.Mountpoint(cred, mp)
+	if err != nil {
+		return nil, false, fmt.Errorf("mount: %w", err)
+	}
+	defer dir.Close() // the mount, once made, holds the directory
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, err = m.mount(base, dir, branch)
+	if err != nil {
+		return nil, false, err
+	}
+	m.owners[dir.Path] = cred
+	return f, false, nil
+}
+
+// mount mounts base at the checked directory showing branch. The caller
+// holds m.mu.
+func (m *Manager) mount(base string, dir *access.Dir, branch string) (*cowfs.FS, error) {
+	mp := dir.Path
+	if _, ok := m.mounts[mp]; ok {
+		return nil, api.Errorf(api.ErrExists, "mount %s: already mounted", mp)
 	}
 	if inside(mp, base) || inside(base, mp) {
 		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and base %s must not contain each other", mp, base)
@@ -216,10 +306,6 @@ func (m *Manager) mount(base, mp, branch string) (*cowfs.FS, error) {
 	}
 	if inside(mp, m.cfg.Home) || inside(m.cfg.Home, mp) {
 		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and the daemon's home %s must not contain each other", mp, m.cfg.Home)
-	}
-	fusemount.DetachStale(mp)
-	if err := os.MkdirAll(mp, 0o755); err != nil {
-		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s: %v", mp, err)
 	}
 	sh, err := m.share(base)
 	if err != nil {
@@ -232,7 +318,7 @@ func (m *Manager) mount(base, mp, branch string) (*cowfs.FS, error) {
 		branch = store.Main
 	}
 	f, err := cowfs.Mount(cowfs.Config{
-		Store: sh.st, Mountpoint: mp, Branch: branch, Passthrough: m.cfg.Passthrough, Aborter: m.cfg.Aborter, Logger: m.log,
+		Store: sh.st, Mountpoint: mp, MountDir: dir.File(), Branch: branch, Passthrough: m.cfg.Passthrough, Aborter: m.cfg.Aborter, Logger: m.log,
 		FsName: MountSource(m.cfg.Home, base),
 		OnCommit: func(res store.CommitResult, child string) {
 			m.others(sh, mp, func(o *cowfs.FS) { o.Committed(res, child) })
@@ -407,34 +493,29 @@ func (m *Manager) notInMount(p string) error {
 func (m *Manager) Do(ctx context.Context, req api.Request) (api.Response, error) {
 	switch req.Op {
 	case api.OpWsMount:
-		base, err := m.base(req.Base)
-		if err != nil {
+		if err := checkAbs(req.Base); err != nil {
 			return api.Response{}, fmt.Errorf("mount: base: %w", err)
 		}
-		mp, err := m.mountpoint(req.Mountpoint)
-		if err != nil {
+		if err := checkAbs(req.Mountpoint); err != nil {
 			return api.Response{}, fmt.Errorf("mount: mountpoint: %w", err)
+		}
+		cred, ok := access.FromContext(ctx)
+		if !ok {
+			return api.Response{}, api.Errorf(api.ErrForbidden, "mount: the request carries no requester credentials")
+		}
+		f, already, err := m.checkAndMount(cred, req.Base, req.Mountpoint, req.Branch)
+		if err != nil {
+			return api.Response{}, err
+		}
+		if already {
+			return api.Response{Status: "ws_mounted", Path: f.Mountpoint(), Branch: f.Current(), AlreadyMounted: true}, nil
 		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if f, ok := m.mounts[mp]; ok && f.Store().Base() == base {
-			// The same base at the same place (a restarted daemon
-			// re-established it): nothing to do, unless another branch was
-			// asked for.
-			if cur := f.Current(); req.Branch != "" && req.Branch != cur {
-				return api.Response{}, api.Errorf(api.ErrExists,
-					"mount %s: already mounted, showing %s, not %s (arbor switch changes the branch shown)", mp, cur, req.Branch)
-			}
-			return api.Response{Status: "ws_mounted", Path: mp, Branch: f.Current(), AlreadyMounted: true}, nil
-		}
-		f, err := m.mount(base, mp, req.Branch)
-		if err != nil {
-			return api.Response{}, err
-		}
 		if err := m.writeRecords(); err != nil {
 			return api.Response{}, err
 		}
-		return api.Response{Status: "ws_mounted", Path: mp, Branch: f.Current()}, nil
+		return api.Response{Status: "ws_mounted", Path: f.Mountpoint(), Branch: f.Current()}, nil
 	case api.OpWsUnmount:
 		mp, err := m.mountpoint(req.Mountpoint)
 		if err != nil {
@@ -446,10 +527,14 @@ func (m *Manager) Do(ctx context.Context, req api.Request) (api.Response, error)
 		if !ok {
 			return api.Response{}, api.Errorf(api.ErrNotFound, "%s is not an arbor mount", mp)
 		}
+		if err := m.mayUse(ctx, req.Op, mp); err != nil {
+			return api.Response{}, err
+		}
 		if err := f.Unmount(false); err != nil {
 			return api.Response{}, err
 		}
 		delete(m.mounts, mp)
+		delete(m.owners, mp)
 		base := f.Store().Base()
 		sh := m.stores[base]
 		sh.remove(mp)
@@ -470,6 +555,12 @@ func (m *Manager) Do(ctx context.Context, req api.Request) (api.Response, error)
 		return api.Response{}, err
 	}
 	f, err := m.get(mp)
+	if err != nil {
+		return api.Response{}, err
+	}
+	m.mu.Lock()
+	err = m.mayUse(ctx, req.Op, filepath.Clean(mp))
+	m.mu.Unlock()
 	if err != nil {
 		return api.Response{}, err
 	}
@@ -528,6 +619,25 @@ func (m *Manager) Do(ctx context.Context, req api.Request) (api.Response, error)
 		return resp, nil
 	}
 	return api.Response{}, api.Errorf(api.ErrBadRequest, "unknown op %q", req.Op)
+}
+
+// mayUse refuses an op on the mount at mp unless the requester mounted it,
+// is root, or is the daemon's own uid. The caller holds m.mu.
+func (m *Manager) mayUse(ctx context.Context, op, mp string) error {
+	cred, ok := access.FromContext(ctx)
+	if !ok {
+		return api.Errorf(api.ErrForbidden, "%s %s: the request carries no requester credentials", op, mp)
+	}
+	return m.mayUseAs(cred, op, mp)
+}
+
+// mayUseAs is mayUse for the requester cred.
+func (m *Manager) mayUseAs(cred access.Cred, op, mp string) error {
+	owner := m.owners[mp]
+	if cred.UID == 0 || cred.UID == m.self || cred.UID == owner.UID {
+		return nil
+	}
+	return api.Errorf(api.ErrForbidden, "%s %s: the mount belongs to uid %d; %s may not use it", op, mp, owner.UID, cred)
 }
 
 func (m *Manager) saveCurrent() {
