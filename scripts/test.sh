@@ -17,6 +17,7 @@ export ARBOR_TEST_REQUIRE=${ARBOR_TEST_REQUIRE:-all}
 # that directory, and nothing else: other runs and other users' work on the
 # same machine are left alone.
 run_dir=$(mktemp -d /tmp/arbor-test.XXXXXX)
+chmod 0755 "$run_dir" # tests run steps as uid 65534 in directories below it
 export TMPDIR=$run_dir ARBOR_TEST_RUN=$run_dir
 cleanup() {
   local rc=$?
@@ -25,7 +26,7 @@ cleanup() {
   for env in /proc/[0-9]*/environ; do
     pid=${env#/proc/}; pid=${pid%/environ}
     [ "$pid" = "$$" ] && continue
-    if tr '\0' '\n' <"$env" 2>/dev/null | grep -qxF "ARBOR_TEST_RUN=$run_dir"; then
+    if { tr '\0' '\n' <"$env"; } 2>/dev/null | grep -qxF "ARBOR_TEST_RUN=$run_dir"; then
       pids+=("$pid")
     fi
   done
