@@ -43,7 +43,8 @@ optional and an unknown key is an error:
   log_level   = "debug"                    # debug, info (default), warn, error
 
 A daemon started in the background reads the same file, so it keeps the
-settings of the one it replaces.`,
+settings of the one it replaces. The HTTP token is not in the file: --token,
+$ARBOR_TOKEN, or the one the daemon keeps in HOME/http.token.`,
 		Example: `  arbor daemon
   arbor daemon --http 127.0.0.1:7878 -v
   arbor daemon --config /etc/arbor/arbord.toml
@@ -57,7 +58,7 @@ settings of the one it replaces.`,
 	f.StringVar(&socket, "socket", "", "socket path (default HOME/arbord.sock)")
 	f.StringVar(&allow, "allow-uid", "", "comma-separated uids admitted to the socket (makes it 0666, checked by SO_PEERCRED)")
 	f.StringVar(&httpAddr, "http", "", "serve the HTTP API at this address (e.g. 127.0.0.1:7878)")
-	f.StringVar(&token, "token", e.getenv("ARBOR_TOKEN"), "HTTP bearer token ($ARBOR_TOKEN); required off loopback")
+	f.StringVar(&token, "token", e.getenv("ARBOR_TOKEN"), "HTTP bearer token ($ARBOR_TOKEN; default: the one kept in HOME/http.token, made at the first start); required off loopback")
 	f.BoolVar(&noPT, "no-passthrough", false, "serve file data through the daemon even as root")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug messages")
 	cmd.MarkFlagFilename("config", "toml")
