@@ -9,7 +9,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$PWD}
 export PATH=$PATH:/usr/local/go/bin
-(cd "$repo" && bash scripts/setup.sh && go build -o "$repo/bin/arbor" ./cmd/arbor)
+(cd "$repo" && bash scripts/setup.sh && go build -buildvcs=true -o "$repo/bin/arbor" ./cmd/arbor)
 arbor=$repo/bin/arbor
 own_home=
 if [ -z "${ARBOR_HOME:-}" ]; then
