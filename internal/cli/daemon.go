@@ -25,6 +25,8 @@ func (e *env) daemonCmd() *cobra.Command {
 	var (
 		configPath, socket, httpAddr, token, allow string
 		noPT, verbose                              bool
+		maxConns, maxPerUID                        int
+		idle                                       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "daemon",
@@ -41,6 +43,9 @@ optional and an unknown key is an error:
   http        = "127.0.0.1:7878"           # serve the HTTP API there
   passthrough = false                      # false: no FUSE passthrough even as root
   log_level   = "debug"                    # debug, info (default), warn, error
+  max_conns   = 1024                       # socket connections (default: from the fd limit)
+  max_conns_per_uid = 256                  # of them, per uid (default: all, half with allow_uids)
+  idle_timeout = "5m"                      # close a connection idle that long (default 2m)
 
 A daemon started in the background reads the same file, so it keeps the
 settings of the one it replaces. The HTTP token is not in the file: --token,
@@ -61,6 +66,9 @@ $ARBOR_TOKEN, or the one the daemon keeps in HOME/http.token.`,
 	f.StringVar(&token, "token", e.getenv("ARBOR_TOKEN"), "HTTP bearer token ($ARBOR_TOKEN; default: the one kept in HOME/http.token, made at the first start); required off loopback")
 	f.BoolVar(&noPT, "no-passthrough", false, "serve file data through the daemon even as root")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug messages")
+	f.IntVar(&maxConns, "max-conns", 0, "cap on socket connections (default: a share of the descriptor limit)")
+	f.IntVar(&maxPerUID, "max-conns-per-uid", 0, "cap on one uid's socket connections (default: all of them, half with --allow-uid)")
+	f.DurationVar(&idle, "idle-timeout", 0, "close a socket connection idle this long, with nothing in flight and no watch (default 2m)")
 	cmd.MarkFlagFilename("config", "toml")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		home, err := filepath.Abs(e.home)
@@ -92,6 +100,15 @@ $ARBOR_TOKEN, or the one the daemon keeps in HOME/http.token.`,
 		}
 		if verbose {
 			fc.LogLevel = "debug"
+		}
+		if f.Changed("max-conns") {
+			fc.MaxConns = maxConns
+		}
+		if f.Changed("max-conns-per-uid") {
+			fc.MaxConnsPerUID = maxPerUID
+		}
+		if f.Changed("idle-timeout") {
+			fc.IdleTimeout = idle.String()
 		}
 		cfg, err := fc.config(home)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/arbor-dev/arbor/api"
@@ -21,6 +22,11 @@ type daemonFile struct {
 	HTTP        string `toml:"http"`
 	Passthrough *bool  `toml:"passthrough"`
 	LogLevel    string `toml:"log_level"`
+	// The socket's limits (see lineapi.Config); zero: derived from the
+	// descriptor limit, and a 2 min idle timeout.
+	MaxConns       int    `toml:"max_conns"`
+	MaxConnsPerUID int    `toml:"max_conns_per_uid"`
+	IdleTimeout    string `toml:"idle_timeout"` // a Go duration, e.g. "5m"
 }
 
 // readDaemonFile reads the file at path. A missing file is no error unless
@@ -43,7 +49,7 @@ func readDaemonFile(path string, explicit bool) (daemonFile, error) {
 		for i, k := range un {
 			keys[i] = k.String()
 		}
-		return daemonFile{}, api.Errorf(api.ErrBadRequest, "configuration file %s: unknown key %s (known: socket, allow_uids, http, passthrough, log_level)",
+		return daemonFile{}, api.Errorf(api.ErrBadRequest, "configuration file %s: unknown key %s (known: socket, allow_uids, http, passthrough, log_level, max_conns, max_conns_per_uid, idle_timeout)",
 			path, strings.Join(keys, ", "))
 	}
 	return fc, nil
@@ -64,6 +70,17 @@ func (fc daemonFile) config(home string) (daemonSettings, error) {
 		}
 	}
 	s.AllowUIDs = fc.AllowUIDs
+	if fc.MaxConns < 0 || fc.MaxConnsPerUID < 0 {
+		return s, api.Errorf(api.ErrBadRequest, "max_conns %d, max_conns_per_uid %d: want 0 (the default) or more", fc.MaxConns, fc.MaxConnsPerUID)
+	}
+	s.MaxConns, s.MaxConnsPerUID = fc.MaxConns, fc.MaxConnsPerUID
+	if fc.IdleTimeout != "" {
+		d, err := time.ParseDuration(fc.IdleTimeout)
+		if err != nil || d <= 0 {
+			return s, api.Errorf(api.ErrBadRequest, "idle_timeout %q: want a positive duration such as 5m", fc.IdleTimeout)
+		}
+		s.IdleTimeout = d
+	}
 	switch fc.LogLevel {
 	case "", "info":
 		s.logLevel = slog.LevelInfo

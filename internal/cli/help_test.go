@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -162,7 +163,8 @@ func TestDaemonFile(t *testing.T) {
 		}
 		return p
 	}
-	p := write("socket = \"/run/a.sock\"\nallow_uids = [1000, 1001]\nhttp = \"127.0.0.1:7878\"\npassthrough = false\nlog_level = \"debug\"\n")
+	p := write("socket = \"/run/a.sock\"\nallow_uids = [1000, 1001]\nhttp = \"127.0.0.1:7878\"\npassthrough = false\nlog_level = \"debug\"\n" +
+		"max_conns = 64\nmax_conns_per_uid = 8\nidle_timeout = \"5m\"\n")
 	fc, err := readDaemonFile(p, true)
 	if err != nil {
 		t.Fatal(err)
@@ -172,15 +174,18 @@ func TestDaemonFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.Home != "/h" || s.Socket != "/run/a.sock" || s.HTTPAddr != "127.0.0.1:7878" || len(s.AllowUIDs) != 2 ||
-		s.Passthrough == nil || *s.Passthrough || s.logLevel.String() != "DEBUG" {
+		s.Passthrough == nil || *s.Passthrough || s.logLevel.String() != "DEBUG" ||
+		s.MaxConns != 64 || s.MaxConnsPerUID != 8 || s.IdleTimeout != 5*time.Minute {
 		t.Errorf("config %+v (level %v)", s.Config, s.logLevel)
 	}
 	for body, want := range map[string]string{
-		"htpp = \"x\"\n":         "unknown key htpp",
-		"http = 7878\n":          "configuration file",
-		"log_level = \"loud\"\n": `log_level "loud"`,
-		"allow_uids = [-1]\n":    "allow_uids: -1",
-		"http = \n":              "configuration file",
+		"htpp = \"x\"\n":            "unknown key htpp",
+		"http = 7878\n":             "configuration file",
+		"log_level = \"loud\"\n":    `log_level "loud"`,
+		"allow_uids = [-1]\n":       "allow_uids: -1",
+		"http = \n":                 "configuration file",
+		"max_conns = -1\n":          "max_conns -1",
+		"idle_timeout = \"soon\"\n": `idle_timeout "soon"`,
 	} {
 		fc, err := readDaemonFile(write(body), true)
 		if err == nil {
