@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/net/netutil"
 	"io"
 	"log/slog"
 	"net"
@@ -59,7 +60,14 @@ type Config struct {
 	// Version is reported by GET /v1/version when the Handler's ping
 	// reply has none.
 	Version string
+	// MaxConns caps the connections served at once; past it new ones wait
+	// in the kernel's listen backlog, holding no descriptor of the daemon
+	// (its mounts and stores keep theirs). 0 means DefaultMaxConns.
+	MaxConns int
 }
+
+// DefaultMaxConns is the HTTP face's default connection cap.
+const DefaultMaxConns = 512
 
 // Server is the HTTP face. It is an http.Handler.
 type Server struct {
@@ -89,8 +97,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Token == "" {
 		return nil, fmt.Errorf("httpapi: refusing to serve %q without a token (Config.Token)", cfg.Addr)
 	}
-	if cfg.MaxBodyBytes < 0 || cfg.ShutdownTimeout < 0 {
-		return nil, fmt.Errorf("httpapi: negative MaxBodyBytes or ShutdownTimeout")
+	if cfg.MaxBodyBytes < 0 || cfg.ShutdownTimeout < 0 || cfg.MaxConns < 0 {
+		return nil, fmt.Errorf("httpapi: negative MaxBodyBytes, ShutdownTimeout or MaxConns")
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -156,8 +167,10 @@ func (s *Server) Run(ctx context.Context) error {
 
 type stopKey struct{}
 
-// Serve serves on ln until ctx ends; it owns ln.
+// Serve serves on ln until ctx ends; it owns ln. At most Config.MaxConns
+// connections are open at once.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ln = netutil.LimitListener(ln, s.cfg.MaxConns)
 	stopping, stop := context.WithCancel(context.Background())
 	defer stop()
 	srv := &http.Server{
