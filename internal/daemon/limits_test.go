@@ -30,7 +30,7 @@ import (
 func TestFloodIdleConnections(t *testing.T) {
 	testenv.NeedFUSE(t)
 	const nofile, idle = 512, 4 * time.Second
-	lim := lineapi.DefaultLimits(nofile, false)
+	lim := lineapi.DefaultLimits(nofile, 0)
 	dir := tempDir(t)
 	home, base, mp := filepath.Join(dir, "home"), filepath.Join(dir, "base"), filepath.Join(dir, "mnt")
 	for _, d := range []string{home, base} {

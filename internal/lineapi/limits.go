@@ -48,10 +48,10 @@ type Limits struct {
 // DefaultLimits derives the limits from the descriptor limit nofile
 // (RLIMIT_NOFILE): a reserve of a quarter of it, at least minReserve, is
 // left to the FUSE servers and the stores, and the rest (at most
-// maxDefaultConns) is the connection cap. With an allow-list (other users
-// may connect) one uid may hold at most half of the cap, so a flood by one
-// user leaves room for root and the daemon's owner.
-func DefaultLimits(nofile uint64, allowList bool) Limits {
+// maxDefaultConns) is the connection cap. With allowed other uids (an
+// allow-list of n of them) one uid may hold at most cap/(n+1), so even all
+// of them flooding together leave a share for root and the daemon's owner.
+func DefaultLimits(nofile uint64, allowed int) Limits {
 	reserve := max(uint64(minReserve), nofile/4)
 	var conns uint64
 	if nofile > 2*reserve {
@@ -61,8 +61,8 @@ func DefaultLimits(nofile uint64, allowList bool) Limits {
 	}
 	conns = max(min(conns, maxDefaultConns), 1)
 	l := Limits{MaxConns: int(conns), MaxConnsPerUID: int(conns), IdleTimeout: DefaultIdleTimeout, Reserve: int(nofile - min(nofile, conns))}
-	if allowList {
-		l.MaxConnsPerUID = max(l.MaxConns/2, 1)
+	if allowed > 0 {
+		l.MaxConnsPerUID = max(l.MaxConns/(allowed+1), 1)
 	}
 	return l
 }

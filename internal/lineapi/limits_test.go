@@ -23,16 +23,17 @@ import (
 func TestDefaultLimits(t *testing.T) {
 	for _, c := range []struct {
 		nofile      uint64
-		allow       bool
+		allow       int
 		conns, peru int
 	}{
-		{1024, false, 768, 768},     // the reserve: at least 256
-		{1024, true, 768, 384},      // with an allow-list one uid gets half
-		{20000, false, 4096, 4096},  // a quarter reserved, capped at 4096
-		{4000, false, 3000, 3000},   // a quarter reserved
-		{100, false, 50, 50},        // tiny: half
-		{1 << 20, true, 4096, 2048}, // huge
-		{1, false, 1, 1},            // never zero
+		{1024, 0, 768, 768},      // the reserve: at least 256
+		{1024, 1, 768, 384},      // one allowed uid gets half
+		{20000, 3, 4096, 1024},   // three: a quarter each, a quarter left for root and the owner
+		{20000, 0, 4096, 4096},   // a quarter reserved, capped at 4096
+		{4000, 0, 3000, 3000},    // a quarter reserved
+		{100, 0, 50, 50},         // tiny: half
+		{1 << 20, 1, 4096, 2048}, // huge
+		{1, 0, 1, 1},             // never zero
 	} {
 		l := lineapi.DefaultLimits(c.nofile, c.allow)
 		if l.MaxConns != c.conns || l.MaxConnsPerUID != c.peru || l.IdleTimeout != lineapi.DefaultIdleTimeout {

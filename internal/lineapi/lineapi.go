@@ -86,7 +86,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	lim := DefaultLimits(nofile, cfg.AllowUIDs != nil)
+	lim := DefaultLimits(nofile, len(cfg.AllowUIDs))
 	if cfg.MaxConns > 0 {
 		lim.MaxConns, lim.MaxConnsPerUID = cfg.MaxConns, cfg.MaxConns
 		if cfg.AllowUIDs != nil {
