@@ -3,6 +3,7 @@ package cowfs
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"syscall"
 	"time"
@@ -45,9 +46,22 @@ func (f *FS) ctlInode(ctx context.Context, view *node, out *fuse.EntryOut) (*fs.
 }
 
 func (c *ctlNode) attr(a *fuse.Attr) {
-	a.Mode = syscall.S_IFREG | 0o666
+	a.Mode = syscall.S_IFREG | 0o644
 	a.Nlink = 1
 	a.Ino = c.StableAttr().Ino
+	a.Uid = c.fs.cfg.Owner
+}
+
+// mayControl reports whether the caller of a request may act through the
+// control file: its owner, root, or the daemon's own uid. The kernel checks
+// opens for writing against the file's mode (default_permissions); an
+// ioctl needs only a descriptor, so it is checked here.
+func (c *ctlNode) mayControl(ctx context.Context) bool {
+	caller, ok := fuse.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	return caller.Uid == 0 || caller.Uid == c.fs.cfg.Owner || caller.Uid == uint32(os.Geteuid())
 }
 
 func (c *ctlNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -86,6 +100,9 @@ func (c *ctlNode) branch() (string, error) {
 }
 
 func (c *ctlNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	if !c.mayControl(ctx) {
+		return 0, syscall.EACCES
+	}
 	cmd := strings.TrimSpace(string(data))
 	b, err := c.branch()
 	if err != nil {
@@ -123,6 +140,9 @@ func (c *ctlNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off i
 }
 
 func (c *ctlNode) Ioctl(ctx context.Context, f fs.FileHandle, cmd uint32, arg uint64, input, output []byte) (int32, syscall.Errno) {
+	if !c.mayControl(ctx) {
+		return -1, syscall.EACCES
+	}
 	b, err := c.branch()
 	if err != nil {
 		return -1, ctlErrno(err)

@@ -34,6 +34,11 @@ type Config struct {
 	// Passthrough serves opened files by FUSE passthrough; default: when
 	// running as root (the kernel allows it only then).
 	Passthrough *bool
+	// Owner is the uid the control files belong to: they are 0644 and
+	// theirs, so only the owner (and root) can write them, and an ioctl on
+	// one from anyone else is refused (EACCES). The daemon's own uid may
+	// too.
+	Owner uint32
 	// NoControl hides the .branchfs_ctl files, so that only the mount's
 	// owner changes its branches (a tree's mount, whose branches are nodes).
 	NoControl bool

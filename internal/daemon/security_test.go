@@ -95,7 +95,9 @@ func TestNoEscape(t *testing.T) {
 	testenv.NeedFUSE(t)
 	dir := tempDir(t)
 	home, base, mp := filepath.Join(dir, "home"), filepath.Join(dir, "base"), filepath.Join(dir, "ws")
+	treeBase := filepath.Join(dir, "treebase") // one store per base: not the mount's
 	writeFile(t, filepath.Join(base, "a.txt"), "a")
+	writeFile(t, filepath.Join(treeBase, "a.txt"), "a")
 	writeFile(t, filepath.Join(dir, "file"), "not a directory")
 	startDaemon(t, Config{Home: home})
 	cl := client.New(filepath.Join(home, "arbord.sock"))
@@ -111,7 +113,7 @@ func TestNoEscape(t *testing.T) {
 		return r
 	}
 	must(api.Request{Op: api.OpWsMount, Base: base, Mountpoint: mp})
-	tr := must(api.Request{Op: api.OpTreeCreate, Base: base, TreeID: "t"})
+	tr := must(api.Request{Op: api.OpTreeCreate, Base: treeBase, TreeID: "t"})
 
 	for _, c := range []struct {
 		name string

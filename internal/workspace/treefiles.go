@@ -19,9 +19,10 @@ import (
 // without control files at <dir>/mnt, where node NAME's files are at
 // <dir>/mnt/@NAME. The root node is the branch main, the base itself.
 type TreeFiles struct {
-	st  *store.Store
-	fs  *cowfs.FS
-	mnt string
+	st      *store.Store
+	fs      *cowfs.FS
+	mnt     string
+	release func() // gives the base back to the manager
 }
 
 // OpenTreeFiles opens (creating if need be) the files of a tree whose
@@ -49,23 +50,40 @@ func (m *Manager) OpenTreeFiles(ctx context.Context, dir, base string) (*TreeFil
 	if err := m.notInMount(base); err != nil {
 		return nil, fmt.Errorf("tree files: %w", err)
 	}
+	m.mu.Lock()
+	if err := m.holdable(base, dir); err != nil {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("tree files: %w", err)
+	}
+	m.trees[base] = dir
+	m.mu.Unlock()
+	release := func() {
+		m.mu.Lock()
+		if m.trees[base] == dir {
+			delete(m.trees, base)
+		}
+		m.mu.Unlock()
+	}
 	st, err := store.Open(store.Config{Dir: filepath.Join(dir, "store"), Base: base, Logger: m.log})
 	if err != nil {
+		release()
 		return nil, err
 	}
 	mnt := filepath.Join(dir, "mnt")
 	fusemount.DetachStale(mnt)
 	if err := os.MkdirAll(mnt, 0o755); err != nil {
 		st.Close()
+		release()
 		return nil, err
 	}
 	f, err := cowfs.Mount(cowfs.Config{Store: st, Mountpoint: mnt, NoControl: true, Passthrough: m.cfg.Passthrough, Aborter: m.cfg.Aborter, Logger: m.log,
 		FsName: MountSource(m.cfg.Home, base)})
 	if err != nil {
 		st.Close()
+		release()
 		return nil, err
 	}
-	return &TreeFiles{st: st, fs: f, mnt: mnt}, nil
+	return &TreeFiles{st: st, fs: f, mnt: mnt, release: release}, nil
 }
 
 // Fork makes children of parent, O(1) each.
@@ -128,6 +146,7 @@ func (t *TreeFiles) Close() error {
 	if err2 := t.st.Close(); err == nil {
 		err = err2
 	}
+	t.release()
 	if err != nil {
 		if derr := fusemount.Detach(t.mnt); derr != nil && !errors.Is(derr, unix.EINVAL) {
 			err = fmt.Errorf("%w; %w", err, derr)

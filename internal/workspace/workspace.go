@@ -51,10 +51,11 @@ type Manager struct {
 	rules *access.Rules
 	self  uint32 // the daemon's euid: may act on every mount, as root may
 
-	mu     sync.Mutex             // guards stores, mounts and owners, and the record file
+	mu     sync.Mutex             // guards stores, mounts, owners and trees, and the record file
 	stores map[string]*shared     // by absolute base path
 	mounts map[string]*cowfs.FS   // by absolute mountpoint
 	owners map[string]access.Cred // by mountpoint: who mounted it
+	trees  map[string]string      // the bases of open tree files -> the tree's directory
 }
 
 // shared is one store and the mounts that show it.
@@ -69,6 +70,18 @@ func (sh *shared) add(mp string, f *cowfs.FS) {
 	sh.mu.Lock()
 	sh.mounts[mp] = f
 	sh.mu.Unlock()
+}
+
+// points lists the mountpoints that show the store, sorted.
+func (sh *shared) points() []string {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	out := make([]string, 0, len(sh.mounts))
+	for mp := range sh.mounts {
+		out = append(out, mp)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (sh *shared) remove(mp string) (left int) {
@@ -106,7 +119,7 @@ func New(cfg Config) (*Manager, error) {
 		}
 	}
 	m := &Manager{cfg: cfg, log: log, rules: rules, self: uint32(os.Geteuid()),
-		stores: map[string]*shared{}, mounts: map[string]*cowfs.FS{}, owners: map[string]access.Cred{}}
+		stores: map[string]*shared{}, mounts: map[string]*cowfs.FS{}, owners: map[string]access.Cred{}, trees: map[string]string{}}
 	recs, err := m.readRecords()
 	if err != nil {
 		return nil, err
@@ -283,7 +296,7 @@ func (m *Manager) checkAndMount(cred access.Cred, baseArg, mpArg, branch string)
 	defer dir.Close() // the mount, once made, holds the directory
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	f, err = m.mount(base, dir, branch)
+	f, err = m.mount(base, dir, branch, cred.UID)
 	if err != nil {
 		return nil, false, err
 	}
@@ -293,10 +306,16 @@ func (m *Manager) checkAndMount(cred access.Cred, baseArg, mpArg, branch string)
 
 // mount mounts base at the checked directory showing branch. The caller
 // holds m.mu.
-func (m *Manager) mount(base string, dir *access.Dir, branch string) (*cowfs.FS, error) {
+func (m *Manager) mount(base string, dir *access.Dir, branch string, owner uint32) (*cowfs.FS, error) {
 	mp := dir.Path
 	if _, ok := m.mounts[mp]; ok {
 		return nil, api.Errorf(api.ErrExists, "mount %s: already mounted", mp)
+	}
+	if err := m.holdable(base, ""); err != nil {
+		return nil, fmt.Errorf("mount: %w", err)
+	}
+	if err := m.outsideBases(mp); err != nil {
+		return nil, fmt.Errorf("mount: %w", err)
 	}
 	if inside(mp, base) || inside(base, mp) {
 		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and base %s must not contain each other", mp, base)
@@ -319,6 +338,7 @@ func (m *Manager) mount(base string, dir *access.Dir, branch string) (*cowfs.FS,
 	}
 	f, err := cowfs.Mount(cowfs.Config{
 		Store: sh.st, Mountpoint: mp, MountDir: dir.File(), Branch: branch, Passthrough: m.cfg.Passthrough, Aborter: m.cfg.Aborter, Logger: m.log,
+		Owner:  owner,
 		FsName: MountSource(m.cfg.Home, base),
 		OnCommit: func(res store.CommitResult, child string) {
 			m.others(sh, mp, func(o *cowfs.FS) { o.Committed(res, child) })
@@ -334,6 +354,59 @@ func (m *Manager) mount(base string, dir *access.Dir, branch string) (*cowfs.FS,
 	sh.add(mp, f)
 	m.mounts[mp] = f
 	return f, nil
+}
+
+// One store per base: the stores over a base are the workspace mounts'
+// one (shared by every mount of that base) or one tree's, never both, and
+// no held base lies inside another. Two stores over one base break
+// snapshot isolation: a commit into main through one changes what a fork
+// held by the other reads, since each store's origin copy-on-write knows
+// only its own snapshots. The store's own lock on the base (store.Open)
+// refuses a second store from anywhere else on the host.
+
+// holdable refuses a base that overlaps a base held by a workspace mount or
+// by a tree other than treeDir (which may reopen its own), naming the
+// holder, and a base with one of Arbor's FUSE mounts inside it (a view of
+// the base would contain a view of itself). The caller holds m.mu.
+func (m *Manager) holdable(base, treeDir string) error {
+	for b, sh := range m.stores {
+		if treeDir == "" && b == base {
+			continue // the workspace mounts share their store
+		}
+		if inside(base, b) || inside(b, base) {
+			return api.Errorf(api.ErrExists, "base %s: %s is the base of workspace mount(s) %s (one store per base)", base, b, strings.Join(sh.points(), ", "))
+		}
+	}
+	for b, dir := range m.trees {
+		if dir == treeDir {
+			continue
+		}
+		if inside(base, b) || inside(b, base) {
+			return api.Errorf(api.ErrExists, "base %s: %s is the base of tree %s (one store per base)", base, b, filepath.Base(dir))
+		}
+	}
+	for _, mt := range fusemount.Under(base) {
+		if mt.IsFUSE() {
+			return api.Errorf(api.ErrBadRequest, "base %s holds a FUSE mount at %s (a base with a mount inside it would show itself)", base, mt.Point)
+		}
+	}
+	return nil
+}
+
+// outsideBases refuses a mountpoint inside a base held here (its mount
+// would show inside that base's views). The caller holds m.mu.
+func (m *Manager) outsideBases(mp string) error {
+	for b := range m.stores {
+		if inside(mp, b) {
+			return api.Errorf(api.ErrBadRequest, "mountpoint %s is inside %s, the base of a workspace mount", mp, b)
+		}
+	}
+	for b, dir := range m.trees {
+		if inside(mp, b) {
+			return api.Errorf(api.ErrBadRequest, "mountpoint %s is inside %s, the base of tree %s", mp, b, filepath.Base(dir))
+		}
+	}
+	return nil
 }
 
 // inside reports whether path p is dir or below it (both clean and absolute).
