@@ -110,3 +110,47 @@ func TestDiskLimitWrites(t *testing.T) {
 		t.Fatalf("a write that fits after a truncation freed room: %v", err)
 	}
 }
+
+// TestDiskXattrsCounted: xattrs take disk, and count under the store's
+// limit: set on many files in a branch, they are counted (the figure
+// tracks what the layer allocates) and refused with ENOSPC past the limit.
+// Before, they were never counted, and a tree grew past its budget.
+func TestDiskXattrsCounted(t *testing.T) {
+	st := newStore(t, nil)
+	f, mnt := mountStore(t, st, "", 0)
+	const limit = 4 << 20
+	if err := st.SetLimit(limit); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Create("b", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	val := bytes.Repeat([]byte("y"), 3500)
+	refused := false
+	for i := range 4000 {
+		p := filepath.Join(mnt, "e"+string(rune('a'+i%26))+"-"+time.Duration(i).String())
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			if errors.Is(err, unix.ENOSPC) {
+				refused = true
+				break
+			}
+			t.Fatal(err)
+		}
+		if err := unix.Setxattr(p, "user.pad", val, 0); err != nil {
+			if errors.Is(err, unix.ENOSPC) {
+				refused = true
+				break
+			}
+			if errors.Is(err, unix.EOPNOTSUPP) {
+				t.Skip("the layers' filesystem takes no user xattrs")
+			}
+			t.Fatal(err)
+		}
+	}
+	if !refused {
+		t.Fatalf("4000 files with a 3500-byte xattr each fit under a %d-byte limit", limit)
+	}
+	if used, _ := st.Used(); used > limit {
+		t.Fatalf("the store counts %d bytes, past its limit %d", used, limit)
+	}
+}

@@ -835,7 +835,21 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if err != nil {
 		return errno(err)
 	}
-	if err := unix.Lsetxattr(real, attr, data, int(flags)); err != nil {
+	// An xattr takes disk (on ext4 a block of its own once the inode is
+	// full): room for it is reserved under the store's limit, and what the
+	// file allocates after is recorded.
+	reserved, err := n.fs.st.Reserve(b, 0, max(int64(len(attr)+len(data)), 4096))
+	if err != nil {
+		return errno(err)
+	}
+	err = unix.Lsetxattr(real, attr, data, int(flags))
+	alloc := int64(-1)
+	var st unix.Stat_t
+	if unix.Lstat(real, &st) == nil {
+		alloc = st.Blocks * 512
+	}
+	n.fs.st.Settle(real, reserved, alloc)
+	if err != nil {
 		return errno(err)
 	}
 	n.changed(b, rel, false)
@@ -860,6 +874,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if err := unix.Lremovexattr(real, attr); err != nil {
 		return errno(err)
 	}
+	n.fs.st.Measure(real) // it may free a block
 	n.changed(b, rel, false)
 	return 0
 }
