@@ -65,6 +65,7 @@ func TestScripts(t *testing.T) {
 			"nodepath": cmdNodePath,
 			"freeport": cmdFreePort,
 			"httpget":  cmdHTTPGet,
+			"waitsock": cmdWaitSock,
 		},
 	})
 }
@@ -103,6 +104,27 @@ func cmdFreePort(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	ts.Setenv(args[0], strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
 	l.Close()
+}
+
+// cmdWaitSock waits up to 20 s for a Unix socket to accept a connection
+// (a daemon started in the background is ready): waitsock PATH. A client
+// run before that would find no daemon and start a second one.
+func cmdWaitSock(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 1 || neg {
+		ts.Fatalf("usage: waitsock PATH")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.Dial("unix", args[0])
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("%s accepts no connection after 20s: %v", args[0], err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // cmdHTTPGet fetches a URL and writes the body to stdout; with ! it must
