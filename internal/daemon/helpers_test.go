@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/client"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 )
 
@@ -120,5 +121,18 @@ func writeFile(t testing.TB, path, content string) {
 	}
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// mustDo returns a function that sends a request to cl and fails t on an
+// error.
+func mustDo(t *testing.T, ctx context.Context, cl *client.Client) func(api.Request) api.Response {
+	return func(req api.Request) api.Response {
+		t.Helper()
+		r, err := cl.Do(ctx, req)
+		if err != nil {
+			t.Fatalf("%s: %v", req.Op, err)
+		}
+		return r
 	}
 }

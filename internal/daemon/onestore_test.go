@@ -38,14 +38,7 @@ func TestOneStorePerBase(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	must := func(req api.Request) api.Response {
-		t.Helper()
-		resp, err := cl.Do(ctx, req)
-		if err != nil {
-			t.Fatalf("%s: %v", req.Op, err)
-		}
-		return resp
-	}
+	must := mustDo(t, ctx, cl)
 	refused := func(req api.Request, sentinel error, names string) {
 		t.Helper()
 		_, err := cl.Do(ctx, req)

@@ -104,14 +104,7 @@ func TestNoEscape(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	must := func(req api.Request) api.Response {
-		t.Helper()
-		r, err := cl.Do(ctx, req)
-		if err != nil {
-			t.Fatalf("%s: %v", req.Op, err)
-		}
-		return r
-	}
+	must := mustDo(t, ctx, cl)
 	must(api.Request{Op: api.OpWsMount, Base: base, Mountpoint: mp})
 	tr := must(api.Request{Op: api.OpTreeCreate, Base: treeBase, TreeID: "t"})
 
