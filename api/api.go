@@ -211,6 +211,7 @@ type Branch struct {
 	Parent  string `json:"parent,omitempty"`
 	State   string `json:"state"` // live or stale
 	Current bool   `json:"current,omitempty"`
+	NodeID  string `json:"node_id,omitempty"` // the tree node the branch is
 }
 
 // Change is one path a branch changed against its fork point.
@@ -224,6 +225,8 @@ type Mount struct {
 	Mountpoint string `json:"mountpoint"`
 	Base       string `json:"base"`
 	Branch     string `json:"branch"`
+	TreeID     string `json:"tree_id,omitempty"` // the tree the mount is a view of
+	NodeID     string `json:"node_id,omitempty"` // the node its root shows
 }
 
 // Ops, with k7d's names.
@@ -302,7 +305,7 @@ const StatusError = "error"
 // Event is one change in a tree, streamed by tree_watch.
 type Event struct {
 	Seq    uint64 `json:"seq"`
-	Kind   string `json:"kind"` // fork, commit, abort, protect, unprotect, suspend, resume, prune, evict, stale, drop, delete, create
+	Kind   string `json:"kind"` // fork, commit, abort, protect, unprotect, suspend, resume, prune, evict, stale, drop, delete, create, mount, unmount, switch
 	TreeID string `json:"tree_id"`
 	NodeID string `json:"node_id,omitempty"`
 	TimeNS int64  `json:"time_unix_ns"`

@@ -12,6 +12,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/workspace"
 )
@@ -83,7 +84,7 @@ func (e *env) connectFor(mp string) (*client.Client, error) {
 	} else if ae := (*api.Error)(nil); errors.As(err, &ae) {
 		return nil, err // a daemon answered, with a refusal: start no other
 	}
-	known, err := workspace.RememberedMounts(e.home)
+	known, err := engine.RememberedViews(e.home)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,29 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
+// Control serves a mount's control files when Config.Control is set. Each
+// call runs inside the FUSE request that asked (ctx carries its caller:
+// fuse.FromContext) and names branches by the store's names; a user's
+// name (create:NAME, switch:NAME, /@NAME) is passed as written. What a
+// call changes reaches this mount through the store and the owner (Show,
+// Committed, Aborted), not through its return. It must not hold up an
+// unmount of this mount: see the engine's views.
+type Control interface {
+	// Create forks parent into a new branch called name (none: the
+	// branch is known by its store name) and returns its store name;
+	// whether the mount then shows it is the Control's rule.
+	Create(ctx context.Context, parent, name string) (string, error)
+	// Commit commits branch into its parent; Abort drops it and its subtree.
+	Commit(ctx context.Context, branch string) error
+	Abort(ctx context.Context, branch string) error
+	// Switch makes the mount root show the branch a user's name names.
+	Switch(ctx context.Context, name string) error
+	// Resolve is the store branch that a user's name names (/@NAME).
+	Resolve(name string) (branch string, ok bool)
+	// Name is how the control file shows a store branch.
+	Name(branch string) string
+}
+
 // ctlNode is a .branchfs_ctl file: writes and ioctls on it act on its view's
 // branch (the mount's current branch at the mount root).
 type ctlNode struct {
@@ -84,6 +107,9 @@ func (c *ctlNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off in
 	if err != nil {
 		return nil, ctlErrno(err)
 	}
+	if ctl := c.fs.cfg.Control; ctl != nil {
+		b = ctl.Name(b)
+	}
 	s := "branch:" + b + "\n"
 	if off >= int64(len(s)) {
 		return fuse.ReadResultData(nil), 0
@@ -109,6 +135,12 @@ func (c *ctlNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off i
 		return 0, ctlErrno(err)
 	}
 	atRoot := c.view.br == nil
+	if ctl := c.fs.cfg.Control; ctl != nil {
+		if errno := c.control(ctx, ctl, cmd, b, atRoot); errno != 0 {
+			return 0, errno
+		}
+		return uint32(len(data)), 0
+	}
 	switch {
 	case strings.HasPrefix(cmd, "create:"):
 		name := cmd[len("create:"):]
@@ -147,6 +179,25 @@ func (c *ctlNode) Ioctl(ctx context.Context, f fs.FileHandle, cmd uint32, arg ui
 	if err != nil {
 		return -1, ctlErrno(err)
 	}
+	if ctl := c.fs.cfg.Control; ctl != nil {
+		switch cmd {
+		case ioctlCreate:
+			name, err := ctl.Create(ctx, b, "")
+			if err != nil {
+				return -1, ctlErrno(err)
+			}
+			for i := range output {
+				output[i] = 0
+			}
+			copy(output, ctl.Name(name))
+			return 0, 0
+		case ioctlCommit:
+			return ctlResult(ctl.Commit(ctx, b))
+		case ioctlAbort:
+			return ctlResult(ctl.Abort(ctx, b))
+		}
+		return -1, syscall.ENOTTY
+	}
 	switch cmd {
 	case ioctlCreate:
 		name := c.fs.newName()
@@ -175,6 +226,37 @@ func (c *ctlNode) Ioctl(ctx context.Context, f fs.FileHandle, cmd uint32, arg ui
 	return -1, syscall.ENOTTY
 }
 
+// control serves a control-file write through ctl (see Write).
+func (c *ctlNode) control(ctx context.Context, ctl Control, cmd, b string, atRoot bool) syscall.Errno {
+	var err error
+	switch {
+	case strings.HasPrefix(cmd, "create:"):
+		_, err = ctl.Create(ctx, b, cmd[len("create:"):])
+	case strings.HasPrefix(cmd, "switch:"):
+		if !atRoot {
+			return syscall.EINVAL
+		}
+		err = ctl.Switch(ctx, cmd[len("switch:"):])
+	case cmd == "commit":
+		err = ctl.Commit(ctx, b)
+	case cmd == "abort":
+		err = ctl.Abort(ctx, b)
+	default:
+		return syscall.EINVAL
+	}
+	if err != nil {
+		return ctlErrno(err)
+	}
+	return 0
+}
+
+func ctlResult(err error) (int32, syscall.Errno) {
+	if err != nil {
+		return -1, ctlErrno(err)
+	}
+	return 0, 0
+}
+
 // ctlErrno maps a store error to the errno BranchFS gives.
 func ctlErrno(err error) syscall.Errno {
 	var e syscall.Errno
@@ -193,6 +275,16 @@ func ctlErrno(err error) syscall.Errno {
 		return syscall.ENOSPC
 	case errors.Is(err, api.ErrUnavailable):
 		return syscall.EOPNOTSUPP
+	case errors.Is(err, api.ErrState), errors.Is(err, api.ErrBusy):
+		return syscall.EBUSY
+	case errors.Is(err, api.ErrBudget):
+		return syscall.EDQUOT
+	case errors.Is(err, api.ErrForbidden), errors.Is(err, api.ErrAuth):
+		return syscall.EACCES
+	case errors.Is(err, api.ErrProtected):
+		return syscall.EPERM
+	case errors.Is(err, api.ErrLimit):
+		return syscall.EAGAIN
 	}
 	return syscall.EIO
 }

@@ -42,6 +42,11 @@ type Config struct {
 	// NoControl hides the .branchfs_ctl files, so that only the mount's
 	// owner changes its branches (a tree's mount, whose branches are nodes).
 	NoControl bool
+	// Control, if set, serves what the control files are asked to do
+	// (writes and ioctls) and the names /@NAME resolves, in place of the
+	// store: the daemon's engine, so that a branch made through a control
+	// file is a tree node like any other (budgets, events, audit).
+	Control Control
 	// Hooks the owner runs around control operations made through the
 	// mount (so that a daemon can keep its other mounts of the same store in
 	// step). Each may be nil.
@@ -473,6 +478,11 @@ func (f *FS) Switch(name string) error {
 	return nil
 }
 
+// Show makes the mount root show branch name: the owner of the mount's
+// Control decided it (a switch, or a commit or abort that took the branch
+// shown away).
+func (f *FS) Show(name string) { f.setCurrent(name) }
+
 func (f *FS) setCurrent(name string) {
 	f.mu.Lock()
 	old := f.current
@@ -680,7 +690,16 @@ func (f *FS) rootMissed(name string, gen uint64, out *fuse.EntryOut) {
 
 // viewInode is the /@NAME node under a view root.
 func (f *FS) viewInode(ctx context.Context, parent *node, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	b, err := f.st.Branch(name)
+	branch := name
+	if f.cfg.Control != nil {
+		r, ok := f.cfg.Control.Resolve(name)
+		if !ok {
+			out.SetEntryTimeout(time.Nanosecond)
+			return nil, syscall.ENOENT
+		}
+		branch = r
+	}
+	b, err := f.st.Branch(branch)
 	if err == nil && parent.br != nil && b.Parent != parent.br.Name {
 		err = syscall.ENOENT // /@NAME/@CHILD: only NAME's children
 	}
@@ -700,7 +719,7 @@ func (f *FS) viewInode(ctx context.Context, parent *node, name string, out *fuse
 	if &parent.Inode != f.rootInode() {
 		at = parent.Path(f.rootInode())
 	}
-	f.addView(join(at, "@"+name), name)
+	f.addView(join(at, "@"+name), branch)
 	out.Attr.FromStat(sysStat(&st))
 	out.Attr.Ino = in.StableAttr().Ino
 	if f.st.IsStale(b) {

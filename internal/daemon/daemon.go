@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -174,8 +173,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 }
 
-// compose builds the workspace mounts and the tree engine of home behind a
-// router; closeAll closes the engine, then the workspaces.
+// compose builds the tree engine of home over the dir backend's files
+// layer (the workspace manager) behind a router; closeAll closes the engine.
 func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Logger) (r *router, closeAll func(), err error) {
 	rules, err := access.New(access.Config{Home: home})
 	if err != nil {
@@ -185,43 +184,37 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 	if err != nil {
 		return nil, nil, err
 	}
+	r = &router{}
 	eng, err := engine.New(engine.Config{
-		Home: home, // trees.db and trees/<id>/ beside the workspaces' state
+		Home: home, // trees.db and trees/<id>/
 		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
 			return ws.OpenTreeFiles(ctx, dir, base)
 		},
+		ResolveBase: ws.ResolveBase,
+		// A view's control files ask through the router, as the faces do.
+		Via:    func(ctx context.Context, req api.Request) (api.Response, error) { return r.Do(ctx, req) },
 		Logger: log,
 	})
 	if err != nil {
-		if cerr := ws.Close(); cerr != nil {
-			log.Warn("close workspaces", "err", cerr)
-		}
 		return nil, nil, err
 	}
+	r.eng = eng
 	closeAll = func() {
 		if err := eng.Close(); err != nil {
 			log.Warn("close engine", "err", err)
 		}
-		if err := ws.Close(); err != nil {
-			log.Warn("close workspaces", "err", err)
-		}
 	}
-	return &router{ws: ws, eng: eng}, closeAll, nil
+	return r, closeAll, nil
 }
 
-// router sends workspace ops to the workspace manager and the rest to the
-// engine; it serves ping and shutdown itself.
+// router sends the verbs to the engine; it serves ping and shutdown itself.
 type router struct {
-	ws       *workspace.Manager
 	eng      *engine.Engine
 	uid      uint32 // the daemon's effective uid
 	shutdown func() // ends Run; nil refuses shutdown
 }
 
 func (r *router) Do(ctx context.Context, req api.Request) (api.Response, error) {
-	if strings.HasPrefix(req.Op, "ws_") {
-		return r.ws.Do(ctx, req)
-	}
 	switch req.Op {
 	case api.OpPing:
 		return api.Response{Status: "pong", Version: Version}, nil

@@ -40,6 +40,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer, if set, hears about every request.
 	Observer Observer
+	// Via, if set, is the daemon's front door (audit, then Do): the verbs
+	// a view's control files ask for are served through it, so that they
+	// are audited like every face's. nil: Do.
+	Via func(ctx context.Context, req api.Request) (api.Response, error)
+	// ResolveBase is the real path of a base directory a request names,
+	// checked as the requester (access.FromContext): how ws_mount finds
+	// the tree that holds it. nil: the path as given, cleaned.
+	ResolveBase func(ctx context.Context, base string) (string, error)
 	// WatchBuffer is each watcher's event buffer; a watcher that falls this
 	// far behind is cut off (its channel closed). 0 means 1024.
 	WatchBuffer int
@@ -62,7 +70,9 @@ type Engine struct {
 
 	mu     sync.Mutex
 	trees  map[string]*treeState
+	viewAt map[string]string // a view's mountpoint -> its tree
 	closed bool
+	self   uint32 // the daemon's euid: may drive every tree and view, as root may
 
 	hub hub
 	bg  sync.WaitGroup // reloads of trees whose verb panicked
@@ -76,8 +86,10 @@ type treeState struct {
 	meta    treeMeta
 	t       *tree.Tree
 	files   Files
-	seq     uint64 // the last event's sequence number
-	dropped bool   // unloaded: a verb that found this pointer before the drop must report not found
+	views   map[string]*view // by mountpoint
+	names   *names           // node names for the views' lookups (its own lock)
+	seq     uint64           // the last event's sequence number
+	dropped bool             // unloaded: a verb that found this pointer before the drop must report not found
 	// broken: a verb panicked halfway, so memory may disagree with disk.
 	// The tree refuses verbs until reload replaces it with what is on disk.
 	broken bool
@@ -109,7 +121,7 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, meta: m, log: cfg.Logger, trees: map[string]*treeState{}}
+	e := &Engine{cfg: cfg, meta: m, log: cfg.Logger, trees: map[string]*treeState{}, viewAt: map[string]string{}, self: uint32(os.Geteuid())}
 	e.hub.init()
 	e.removeDeleted()
 	tms, err := m.trees()
@@ -149,7 +161,7 @@ func (e *Engine) Close() error {
 	var errs []error
 	for _, ts := range trees {
 		ts.mu.Lock()
-		ts.dropped = true
+		e.takeViews(ts)
 		if err := ts.files.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close tree %s files: %w", ts.id, err))
 		}
@@ -218,6 +230,9 @@ func (e *Engine) reload(ts *treeState) {
 	// ts stays broken (refusing with busy) until the new state replaces
 	// it, and for good after: a verb that found the old pointer retries.
 	ts.mu.Lock()
+	broken := ts.dropped
+	e.takeViews(ts)
+	ts.dropped = broken
 	if err := ts.files.Close(); err != nil {
 		e.log.Warn("close the files of a broken tree", "tree", ts.id, "err", err)
 	}
@@ -278,11 +293,14 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 	case api.OpTreeOpen:
 		return e.open(ctx, req)
 	case api.OpTreeDrop:
-		return e.drop(req)
+		return e.drop(ctx, req)
 	case api.OpTreeDelete:
 		return e.del(ctx, req)
 	case api.OpTreeWatch:
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_watch streams: the face calls Watch")
+	case api.OpWsMount, api.OpWsUnmount, api.OpWsCreate, api.OpWsCommit, api.OpWsAbort, api.OpWsSwitch,
+		api.OpWsList, api.OpWsDiff, api.OpWsMounts:
+		return e.ws(ctx, req)
 	case api.OpTreeFork, api.OpTreeForkBat, api.OpTreeRollback, api.OpTreeCommit, api.OpTreeAbort,
 		api.OpTreePrune, api.OpTreeProtect, api.OpTreeUnprot, api.OpTreeSuspend, api.OpTreeResume,
 		api.OpTreeEvict, api.OpTreeNodes:
@@ -295,6 +313,9 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 	}
 	defer ts.mu.Unlock()
 	defer e.contain(ts, req.Op, &err)
+	if err := e.mayDrive(ctx, req.Op, ts); err != nil {
+		return api.Response{}, err
+	}
 	switch req.Op {
 	case api.OpTreeFork:
 		return e.fork(ctx, ts, req, "tree_forked", req.SourceID, []string{req.Label})

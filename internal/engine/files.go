@@ -1,6 +1,10 @@
 package engine
 
-import "context"
+import (
+	"context"
+
+	"github.com/arbor-dev/arbor/api"
+)
 
 // Files is one tree's file layer: each node's files are a branch. The root
 // node's branch is "main"; every other node's branch is named by its node id.
@@ -51,3 +55,55 @@ type OpenFiles func(ctx context.Context, dir, base string) (Files, error)
 
 // MainBranch is the root node's branch.
 const MainBranch = "main"
+
+// Viewer is a Files whose branches can be shown at a mountpoint the
+// requester names: a view of the tree (arbor mount; BranchFS's control
+// file and ioctls act through it). The dir backend's files layer
+// (workspace.TreeFiles) implements it.
+type Viewer interface {
+	// MountView mounts a view at spec.Mountpoint, checked as the
+	// requester (access.FromContext(ctx)): its root shows spec.Branch,
+	// /@NAME every node that spec.Control resolves NAME to.
+	MountView(ctx context.Context, spec ViewSpec) (View, error)
+}
+
+// ViewSpec is what MountView mounts.
+type ViewSpec struct {
+	Mountpoint string
+	Branch     string // shown at the root
+	Owner      uint32 // the uid the view's control files belong to
+	Control    ViewControl
+}
+
+// View is one mounted view.
+type View interface {
+	Mountpoint() string
+	// Show makes the view's root show branch.
+	Show(branch string)
+	// Unmount unmounts the view; force ends a busy one's FUSE connection.
+	Unmount(force bool) error
+}
+
+// ViewControl is what a view's control files ask of the engine (the
+// method set of cowfs.Control). Branches are the files layer's names; a
+// user's names (a BranchFS branch name is a node's label) are resolved by
+// the engine. Calls come from inside the view's FUSE requests, and carry
+// the caller's credentials in their context (access.WithCred).
+type ViewControl interface {
+	Create(ctx context.Context, parent, name string) (string, error)
+	Commit(ctx context.Context, branch string) error
+	Abort(ctx context.Context, branch string) error
+	Switch(ctx context.Context, name string) error
+	Resolve(name string) (branch string, ok bool)
+	Name(branch string) string
+}
+
+// Differ is a Files that can list what a branch changed against its fork point.
+type Differ interface {
+	Diff(branch string) ([]api.Change, error)
+}
+
+// Quotas is a Files that can cap what one branch's own layer holds.
+type Quotas interface {
+	SetQuota(branch string, bytes int64) error
+}

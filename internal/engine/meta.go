@@ -2,7 +2,10 @@ package engine
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
@@ -15,7 +18,9 @@ import (
 //	trees/<tree id>/meta        treeMeta as JSON
 //	trees/<tree id>/intent      commitIntent as JSON, only while a commit is in flight
 //	trees/<tree id>/nodes/<id>  tree.Node as JSON, one key per node
+//	views/<tree id>/<mountpoint> viewRec as JSON, one key per view of the tree
 var (
+	bucketViews = []byte("views")
 	bucketTrees = []byte("trees")
 	bucketNodes = []byte("nodes")
 	keyMeta     = []byte("meta")
@@ -31,6 +36,10 @@ type treeMeta struct {
 	Root      string     `json:"root"`
 	NextID    uint64     `json:"next_id"`
 	CreatedAt time.Time  `json:"created_at"`
+	// Owner is the uid that made the tree: only it, root and the
+	// daemon's uid drive it (nil, in a tree made before owners: the
+	// daemon's uid).
+	Owner *uint32 `json:"owner,omitempty"`
 	// Open is false after tree_drop: the tree stays on disk for tree_open
 	// but is not loaded when the engine starts.
 	Open bool `json:"open"`
@@ -62,6 +71,9 @@ func openMeta(path string) (*meta, error) {
 		return nil, fmt.Errorf("open %s: %w: %v", path, api.ErrInternal, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
+		if _, err := tx.CreateBucketIfNotExists(bucketViews); err != nil {
+			return err
+		}
 		_, err := tx.CreateBucketIfNotExists(bucketTrees)
 		return err
 	})
@@ -231,10 +243,97 @@ func (m *meta) saveMeta(tm treeMeta) error { return m.save(tm, nil, nil, false) 
 // transaction.
 func (m *meta) remove(id string) error {
 	return dbErr("delete tree", m.db.Update(func(tx *bolt.Tx) error {
+		if vb := tx.Bucket(bucketViews); vb.Bucket([]byte(id)) != nil {
+			if err := vb.DeleteBucket([]byte(id)); err != nil {
+				return err
+			}
+		}
 		tb := tx.Bucket(bucketTrees)
 		if tb.Bucket([]byte(id)) == nil {
 			return nil
 		}
 		return tb.DeleteBucket([]byte(id))
 	}))
+}
+
+// putView records a view (replacing its record).
+func (m *meta) putView(v viewRec) error {
+	return dbErr("record view "+v.Mountpoint, m.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.Bucket(bucketViews).CreateBucketIfNotExists([]byte(v.Tree))
+		if err != nil {
+			return err
+		}
+		return putJSON(b, []byte(v.Mountpoint), v)
+	}))
+}
+
+// deleteView forgets a view.
+func (m *meta) deleteView(v viewRec) error {
+	return dbErr("forget view "+v.Mountpoint, m.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketViews).Bucket([]byte(v.Tree))
+		if b == nil {
+			return nil
+		}
+		return b.Delete([]byte(v.Mountpoint))
+	}))
+}
+
+// views lists tree id's views, by mountpoint.
+func (m *meta) views(id string) ([]viewRec, error) {
+	var out []viewRec
+	err := m.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketViews).Bucket([]byte(id))
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			var r viewRec
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("view %s: %v", k, err)
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	return out, dbErr("list views", err)
+}
+
+// RememberedViews lists the mountpoints of the views recorded in home's
+// trees.db, for a command that finds no daemon running: the views a
+// daemon of home mounts again when it starts (those of open trees).
+func RememberedViews(home string) ([]string, error) {
+	path := filepath.Join(home, "trees.db")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		if err == bolt.ErrTimeout {
+			return nil, api.Errorf(api.ErrBusy, "open %s: held by a daemon that does not answer", path)
+		}
+		return nil, fmt.Errorf("open %s: %w: %w", path, api.ErrInternal, err)
+	}
+	defer db.Close()
+	var mps []string
+	err = db.View(func(tx *bolt.Tx) error {
+		vb, tb := tx.Bucket(bucketViews), tx.Bucket(bucketTrees)
+		if vb == nil || tb == nil {
+			return nil
+		}
+		return vb.ForEachBucket(func(id []byte) error {
+			b := tb.Bucket(id)
+			if b == nil {
+				return nil
+			}
+			var tm treeMeta
+			if json.Unmarshal(b.Get(keyMeta), &tm) != nil || !tm.Open {
+				return nil
+			}
+			return vb.Bucket(id).ForEach(func(k, _ []byte) error {
+				mps = append(mps, string(k))
+				return nil
+			})
+		})
+	})
+	return mps, dbErr("list views", err)
 }

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/tree"
 )
 
@@ -111,6 +112,9 @@ func (e *Engine) saveApply(ts *treeState, p *tree.Plan, intent *commitIntent, cl
 	if err := ts.t.Apply(p); err != nil {
 		return err
 	}
+	if len(ts.views) > 0 {
+		ts.refreshNames()
+	}
 	return e.setWritable(ts, thaw, true)
 }
 
@@ -160,6 +164,25 @@ func (e *Engine) create(ctx context.Context, req api.Request) (api.Response, err
 	if e.isClosed() {
 		return api.Response{}, api.Errorf(api.ErrBusy, "%s: engine closed", op)
 	}
+	req.Backend, req.Budget = backend, &b
+	return e.createLocked(ctx, req)
+}
+
+// createLocked is tree_create with its request checked; e.life is held.
+func (e *Engine) createLocked(ctx context.Context, req api.Request) (api.Response, error) {
+	const op = api.OpTreeCreate
+	backend := req.Backend
+	if backend == "" {
+		backend = BackendDir
+	}
+	var b api.Budget
+	if req.Budget != nil {
+		b = *req.Budget
+	}
+	b, err := tree.NormalizeBudget(b)
+	if err != nil {
+		return api.Response{}, fmt.Errorf("%s: %w", op, err)
+	}
 	id := req.TreeID
 	if id == "" {
 		for i := 1; ; i++ {
@@ -196,8 +219,11 @@ func (e *Engine) create(ctx context.Context, req api.Request) (api.Response, err
 		files.Close()
 		return api.Response{}, fmt.Errorf("%s %s: %w", op, id, err)
 	}
-	ts := &treeState{id: id, t: t, files: files, meta: treeMeta{ID: id, Base: filepath.Clean(req.Base), Backend: backend,
+	ts := &treeState{id: id, t: t, files: files, views: map[string]*view{}, names: newNames(), meta: treeMeta{ID: id, Base: filepath.Clean(req.Base), Backend: backend,
 		Budget: b, Root: t.Root(), NextID: t.NextID(), CreatedAt: now, Open: true}}
+	if cred, ok := access.FromContext(ctx); ok {
+		ts.meta.Owner = &cred.UID
+	}
 	if err := e.meta.create(ts.meta, t.Nodes()); err != nil {
 		files.Close()
 		return api.Response{}, err
@@ -247,6 +273,12 @@ func (e *Engine) open(ctx context.Context, req api.Request) (api.Response, error
 	if e.isClosed() {
 		return api.Response{}, api.Errorf(api.ErrBusy, "%s: engine closed", op)
 	}
+	return e.openLocked(ctx, req)
+}
+
+// openLocked is tree_open; e.life is held.
+func (e *Engine) openLocked(ctx context.Context, req api.Request) (api.Response, error) {
+	const op = api.OpTreeOpen
 	e.mu.Lock()
 	ts, ok := e.trees[req.TreeID]
 	e.mu.Unlock()
@@ -271,12 +303,15 @@ func (e *Engine) open(ctx context.Context, req api.Request) (api.Response, error
 	if ts.broken {
 		return api.Response{}, api.Errorf(api.ErrBusy, "%s: tree %q is being reloaded from disk after an internal error; try again", op, req.TreeID)
 	}
+	if err := e.mayDrive(ctx, op, ts); err != nil {
+		return api.Response{}, err
+	}
 	e.measure(ts)
 	r := e.nodesResponse(ts, "tree_opened")
 	return r, nil
 }
 
-func (e *Engine) drop(req api.Request) (api.Response, error) {
+func (e *Engine) drop(ctx context.Context, req api.Request) (api.Response, error) {
 	e.life.Lock()
 	defer e.life.Unlock()
 	ts, err := e.get(api.OpTreeDrop, req.TreeID)
@@ -284,13 +319,16 @@ func (e *Engine) drop(req api.Request) (api.Response, error) {
 		return api.Response{}, err
 	}
 	defer ts.mu.Unlock()
+	if err := e.mayDrive(ctx, api.OpTreeDrop, ts); err != nil {
+		return api.Response{}, err
+	}
 	tm := ts.meta
 	tm.Open = false
 	if err := e.meta.saveMeta(tm); err != nil {
 		return api.Response{}, err
 	}
 	ts.meta = tm
-	ts.dropped = true
+	e.takeViews(ts)
 	e.mu.Lock()
 	delete(e.trees, ts.id)
 	e.mu.Unlock()
@@ -334,10 +372,14 @@ func (e *Engine) del(ctx context.Context, req api.Request) (api.Response, error)
 	if loaded {
 		ts.mu.Lock()
 		defer ts.mu.Unlock()
+		if err := e.mayDrive(ctx, op, ts); err != nil {
+			return api.Response{}, err
+		}
+		e.takeViews(ts)
 		if err := ts.files.Close(); err != nil {
+			ts.dropped = false
 			return api.Response{}, fmt.Errorf("%s %s: close its files: %w", op, ts.id, err)
 		}
-		ts.dropped = true
 		e.mu.Lock()
 		delete(e.trees, ts.id)
 		e.mu.Unlock()
@@ -401,10 +443,15 @@ func (e *Engine) load(ctx context.Context, id string) (*treeState, error) {
 		files.Close()
 		return nil, fmt.Errorf("tree %s: files: %w", id, err)
 	}
-	ts := &treeState{id: id, meta: tm, t: t, files: files}
+	ts := &treeState{id: id, meta: tm, t: t, files: files, views: map[string]*view{}, names: newNames()}
 	if err := e.reconcile(ctx, ts, intent); err != nil {
 		files.Close()
 		return nil, fmt.Errorf("tree %s: reconcile: %w", id, err)
+	}
+	if err := e.mountViews(ctx, ts); err != nil {
+		e.takeViews(ts)
+		files.Close()
+		return nil, fmt.Errorf("tree %s: views: %w", id, err)
 	}
 	return ts, nil
 }

@@ -18,7 +18,7 @@ import (
 // first, then its parent, lands both files in the base.
 func TestCommitLeafOnly(t *testing.T) {
 	testenv.NeedFUSE(t)
-	m := newManager(t)
+	m := newStack(t)
 	base, mp := t.TempDir(), filepath.Join(t.TempDir(), "m")
 	do(t, m, api.Request{Op: api.OpWsMount, Base: base, Mountpoint: mp})
 	ctl := filepath.Join(mp, ".branchfs_ctl")

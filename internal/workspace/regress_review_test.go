@@ -1,7 +1,6 @@
 package workspace_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,25 +8,14 @@ import (
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
-	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/testenv"
-	"github.com/arbor-dev/arbor/internal/workspace"
 )
-
-func do(t *testing.T, m *workspace.Manager, r api.Request) api.Response {
-	t.Helper()
-	resp, err := m.Do(access.WithCred(context.Background(), access.Self()), r)
-	if err != nil {
-		t.Fatalf("%s: %v", r.Op, err)
-	}
-	return resp
-}
 
 // An abort through mount A of the branch that mount B shows: B must show the
 // aborted branch's parent, not main (the real base).
 func TestRegressionAbortElsewhereShowsParent(t *testing.T) {
 	testenv.NeedFUSE(t)
-	m := newManager(t)
+	m := newStack(t)
 	base, a, b := t.TempDir(), filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 	do(t, m, api.Request{Op: api.OpWsMount, Base: base, Mountpoint: a})
 	do(t, m, api.Request{Op: api.OpWsMount, Base: base, Mountpoint: b})
@@ -58,10 +46,7 @@ func TestRegressionAbortElsewhereShowsParent(t *testing.T) {
 func TestRegressionCloseDuringCtlCommit(t *testing.T) {
 	testenv.NeedFUSE(t)
 	home := t.TempDir()
-	m, err := workspace.New(workspace.Config{Home: home})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := openStack(t, home)
 	base, a, b := t.TempDir(), filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 	do(t, m, api.Request{Op: api.OpWsMount, Base: base, Mountpoint: a})
 	do(t, m, api.Request{Op: api.OpWsMount, Base: base, Mountpoint: b})
@@ -94,7 +79,7 @@ func TestRegressionCloseDuringCtlCommit(t *testing.T) {
 	case err := <-done:
 		t.Logf("Close returned %v", err)
 	case <-time.After(20 * time.Second):
-		t.Fatal("Manager.Close deadlocked with a control-file commit in flight")
+		t.Fatal("Close deadlocked with a control-file commit in flight")
 	}
 	var cerr error
 	select {
@@ -103,10 +88,7 @@ func TestRegressionCloseDuringCtlCommit(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the control-file commit did not return after Close")
 	}
-	m2, err := workspace.New(workspace.Config{Home: home}) // replays an unfinished commit
-	if err != nil {
-		t.Fatal(err)
-	}
+	m2 := openStack(t, home) // replays an unfinished commit
 	defer m2.Close()
 	ents, err := os.ReadDir(base)
 	if err != nil {

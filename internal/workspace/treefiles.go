@@ -6,23 +6,32 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/cowfs"
+	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/store"
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
 
 // TreeFiles is one tree's files: a store over the tree's base, mounted
 // without control files at <dir>/mnt, where node NAME's files are at
-// <dir>/mnt/@NAME. The root node is the branch main, the base itself.
+// <dir>/mnt/@NAME, and shown by the views the engine mounts (MountView).
+// The root node is the branch main, the base itself.
 type TreeFiles struct {
+	m       *Manager
 	st      *store.Store
 	fs      *cowfs.FS
 	mnt     string
+	base    string
 	release func() // gives the base back to the manager
+
+	mu    sync.Mutex // guards views; never held across a FUSE call or an unmount
+	views map[string]*cowfs.FS
 }
 
 // OpenTreeFiles opens (creating if need be) the files of a tree whose
@@ -76,15 +85,164 @@ func (m *Manager) OpenTreeFiles(ctx context.Context, dir, base string) (*TreeFil
 		release()
 		return nil, err
 	}
+	t := &TreeFiles{m: m, st: st, mnt: mnt, base: base, release: release, views: map[string]*cowfs.FS{}}
 	f, err := cowfs.Mount(cowfs.Config{Store: st, Mountpoint: mnt, NoControl: true, Passthrough: m.cfg.Passthrough, Aborter: m.cfg.Aborter, Logger: m.log,
-		FsName: MountSource(m.cfg.Home, base)})
+		FsName: MountSource(m.cfg.Home, base),
+		// The views keep their roots in step (a view that showed a branch
+		// that went shows its parent).
+		OnCommit: func(res store.CommitResult, child string) {
+			for _, v := range t.shown() {
+				v.Committed(res, child)
+			}
+		},
+		OnAbort: func(dropped []string, parent string) {
+			for _, v := range t.shown() {
+				v.Aborted(dropped, parent)
+			}
+		},
+	})
 	if err != nil {
 		st.Close()
 		release()
 		return nil, err
 	}
-	return &TreeFiles{st: st, fs: f, mnt: mnt, release: release}, nil
+	t.fs = f
+	return t, nil
 }
+
+// shown lists the views mounted.
+func (t *TreeFiles) shown() []*cowfs.FS {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*cowfs.FS, 0, len(t.views))
+	for _, v := range t.views {
+		out = append(out, v)
+	}
+	return out
+}
+
+// MountView mounts a view of the tree's branches at spec.Mountpoint
+// (engine.Viewer): an empty directory the requester may mount on
+// (access.Rules.Mountpoint), outside every base and the daemon's home.
+func (t *TreeFiles) MountView(ctx context.Context, spec engine.ViewSpec) (engine.View, error) {
+	m := t.m
+	cred, ok := access.FromContext(ctx)
+	if !ok {
+		return nil, api.Errorf(api.ErrForbidden, "mount: the request carries no requester credentials")
+	}
+	mp := spec.Mountpoint
+	if err := checkAbs(mp); err != nil {
+		return nil, fmt.Errorf("mount: mountpoint: %w", err)
+	}
+	if inside(mp, t.base) || inside(t.base, mp) {
+		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and base %s must not contain each other", mp, t.base)
+	}
+	if inside(mp, m.cfg.Home) || inside(m.cfg.Home, mp) {
+		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and the daemon's home %s must not contain each other", mp, m.cfg.Home)
+	}
+	m.mu.Lock()
+	_, taken := m.views[mp]
+	err := m.outsideBases(mp)
+	m.mu.Unlock()
+	if taken {
+		return nil, api.Errorf(api.ErrExists, "mount %s: already mounted", mp)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mount: %w", err)
+	}
+	fusemount.DetachStale(mp)
+	dir, err := m.rules.Mountpoint(cred, mp)
+	if err != nil {
+		return nil, fmt.Errorf("mount: %w", err)
+	}
+	defer dir.Close() // the mount, once made, holds the directory
+	mp = dir.Path
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.views[mp]; ok {
+		return nil, api.Errorf(api.ErrExists, "mount %s: already mounted", mp)
+	}
+	v := &view{t: t}
+	f, err := cowfs.Mount(cowfs.Config{
+		Store: t.st, Mountpoint: mp, MountDir: dir.File(), Branch: spec.Branch, Passthrough: m.cfg.Passthrough, Aborter: m.cfg.Aborter, Logger: m.log,
+		Owner: spec.Owner, FsName: MountSource(m.cfg.Home, t.base), Control: callerControl{spec.Control},
+	})
+	if err != nil {
+		return nil, err
+	}
+	v.FS = f
+	m.views[mp] = f
+	t.mu.Lock()
+	t.views[mp] = f
+	t.mu.Unlock()
+	return v, nil
+}
+
+// view is a mounted view: its cowfs mount, which the tables forget when
+// it is unmounted.
+type view struct {
+	*cowfs.FS
+	t *TreeFiles
+}
+
+func (v *view) Unmount(force bool) error {
+	if err := v.FS.Unmount(force); err != nil {
+		return err
+	}
+	mp := v.FS.Mountpoint()
+	v.t.mu.Lock()
+	delete(v.t.views, mp)
+	v.t.mu.Unlock()
+	v.t.m.mu.Lock()
+	if v.t.m.views[mp] == v.FS {
+		delete(v.t.m.views, mp)
+	}
+	v.t.m.mu.Unlock()
+	return nil
+}
+
+// callerControl passes a control file's requests on with the caller's
+// credentials (the FUSE request's) as the requester's.
+type callerControl struct{ engine.ViewControl }
+
+func (c callerControl) with(ctx context.Context) context.Context {
+	if caller, ok := fuse.FromContext(ctx); ok {
+		return access.WithCred(ctx, access.Cred{UID: caller.Uid, GID: caller.Gid})
+	}
+	return ctx
+}
+
+func (c callerControl) Create(ctx context.Context, parent, name string) (string, error) {
+	return c.ViewControl.Create(c.with(ctx), parent, name)
+}
+
+func (c callerControl) Commit(ctx context.Context, branch string) error {
+	return c.ViewControl.Commit(c.with(ctx), branch)
+}
+
+func (c callerControl) Abort(ctx context.Context, branch string) error {
+	return c.ViewControl.Abort(c.with(ctx), branch)
+}
+
+func (c callerControl) Switch(ctx context.Context, name string) error {
+	return c.ViewControl.Switch(c.with(ctx), name)
+}
+
+// Diff lists what branch changed against its fork point.
+func (t *TreeFiles) Diff(branch string) ([]api.Change, error) {
+	changes, err := t.st.Diff(branch)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Change, 0, len(changes))
+	for _, c := range changes {
+		out = append(out, api.Change{Kind: c.Kind, Path: c.Path})
+	}
+	return out, nil
+}
+
+// SetQuota caps what branch's own layer may hold (store.SetQuota).
+func (t *TreeFiles) SetQuota(branch string, bytes int64) error { return t.st.SetQuota(branch, bytes) }
 
 // Fork makes children of parent, O(1) each.
 func (t *TreeFiles) Fork(ctx context.Context, parent string, children []string) error {
@@ -101,9 +259,10 @@ func (t *TreeFiles) Commit(ctx context.Context, child string) ([]string, error) 
 	return res.Stale, nil
 }
 
-// Abort drops the branch and its subtree.
+// Abort drops the branch and its subtree (the views that showed one of
+// them show the branch's parent).
 func (t *TreeFiles) Abort(ctx context.Context, name string) error {
-	return t.st.Abort(name)
+	return t.fs.Abort(name)
 }
 
 // Path is where the branch's files are on the host.
@@ -140,8 +299,15 @@ func (t *TreeFiles) DiskUsage() map[string]int64 { return t.st.Held() }
 // SetDiskLimit limits what the tree's layers may allocate (store.SetLimit).
 func (t *TreeFiles) SetDiskLimit(max int64) error { return t.st.SetLimit(max) }
 
-// Close unmounts and closes the store.
+// Close unmounts (the views the engine left, then the tree's own mount)
+// and closes the store.
 func (t *TreeFiles) Close() error {
+	for _, v := range t.shown() {
+		vw := &view{FS: v, t: t}
+		if err := vw.Unmount(true); err != nil {
+			t.m.log.Warn("unmount a view", "mountpoint", v.Mountpoint(), "err", err)
+		}
+	}
 	err := t.fs.Unmount(true)
 	if err2 := t.st.Close(); err == nil {
 		err = err2

@@ -25,11 +25,6 @@ func newManager(t *testing.T) *workspace.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := m.Close(); err != nil {
-			t.Error(err)
-		}
-	})
 	return m
 }
 
