@@ -110,7 +110,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	h, closeAll, err := compose(cfg.Home, cfg.Passthrough, ab, log)
+	h, closeAll, err := compose(cfg.Home, cfg.Passthrough, ab, log, m)
 	if err != nil {
 		return err
 	}
@@ -175,7 +175,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 // compose builds the tree engine of home over the dir backend's files
 // layer (the workspace manager) behind a router; closeAll closes the engine.
-func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Logger) (r *router, closeAll func(), err error) {
+//
+// The verbs a view's control files ask for come in through the router as
+// the faces' do, timed and counted as face "ctl" in m (nil: not counted).
+func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Logger, m *metrics.Metrics) (r *router, closeAll func(), err error) {
 	rules, err := access.New(access.Config{Home: home})
 	if err != nil {
 		return nil, nil, err
@@ -191,8 +194,16 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 			return ws.OpenTreeFiles(ctx, dir, base)
 		},
 		ResolveBase: ws.ResolveBase,
-		// A view's control files ask through the router, as the faces do.
-		Via:    func(ctx context.Context, req api.Request) (api.Response, error) { return r.Do(ctx, req) },
+		Via: func(ctx context.Context, req api.Request) (api.Response, error) {
+			start := time.Now()
+			resp, err := r.Do(ctx, req)
+			code := metrics.CodeOK
+			if err != nil {
+				code = api.Code(err)
+			}
+			m.Observe(metrics.FaceCtl, req.Op, code, time.Since(start))
+			return resp, err
+		},
 		Logger: log,
 	})
 	if err != nil {

@@ -18,8 +18,8 @@ import (
 
 // TestOneStorePerBase: two stores over one base break snapshot isolation
 // (a commit into main through one changes what a fork held by the other
-// reads), so a base is held by the workspace mounts or by one tree, never
-// both, and no held base lies inside another. Each refusal names the
+// reads), so a base is held by one tree, which its mounts show, and no held
+// base lies inside another. Each refusal names the
 // holder; a base with one of our mounts inside it, or a mountpoint inside a
 // held base, is refused too (two mounts on each other's bases grew the
 // daemon without bound).
@@ -47,17 +47,23 @@ func TestOneStorePerBase(t *testing.T) {
 		}
 	}
 	ws := filepath.Join(dir, "ws")
-	must(api.Request{Op: api.OpWsMount, Base: r, Mountpoint: ws})
+	// A mount of r is a view of r's tree (made for it, named after it).
+	rt := must(api.Request{Op: api.OpWsMount, Base: r, Mountpoint: ws}).TreeID
 	// The workspace fork c of main, and a tree on the same base.
 	must(api.Request{Op: api.OpWsCreate, Mountpoint: ws, Branch: "c"})
-	refused(api.Request{Op: api.OpTreeCreate, Base: r, TreeID: "t1"}, api.ErrExists, ws)
-	refused(api.Request{Op: api.OpTreeCreate, Base: filepath.Join(r, "sub"), TreeID: "t1"}, api.ErrExists, ws)
-	// A second mount of the same base shares the store.
-	must(api.Request{Op: api.OpWsMount, Base: r, Mountpoint: filepath.Join(dir, "ws2")})
+	refused(api.Request{Op: api.OpTreeCreate, Base: r, TreeID: "t1"}, api.ErrExists, "tree "+rt)
+	refused(api.Request{Op: api.OpTreeCreate, Base: filepath.Join(r, "sub"), TreeID: "t1"}, api.ErrExists, "tree "+rt)
+	// A second mount of the same base shows the same tree.
+	if got := must(api.Request{Op: api.OpWsMount, Base: r, Mountpoint: filepath.Join(dir, "ws2")}).TreeID; got != rt {
+		t.Errorf("a second mount of r shows tree %s, not r's tree %s", got, rt)
+	}
 
-	// A tree holds p: a mount of p, or of a base around p, names the tree.
+	// A tree holds p: a mount of p shows that tree; another tree on p, or
+	// on a base around p, is refused naming it.
 	must(api.Request{Op: api.OpTreeCreate, Base: p, TreeID: "tp"})
-	refused(api.Request{Op: api.OpWsMount, Base: p, Mountpoint: filepath.Join(dir, "wsp")}, api.ErrExists, "tree tp")
+	if got := must(api.Request{Op: api.OpWsMount, Base: p, Mountpoint: filepath.Join(dir, "wsp")}).TreeID; got != "tp" {
+		t.Errorf("a mount of tree tp's base shows tree %s", got)
+	}
 	refused(api.Request{Op: api.OpTreeCreate, Base: p, TreeID: "tp2"}, api.ErrExists, "tree tp")
 	// A mountpoint inside a held base.
 	refused(api.Request{Op: api.OpWsMount, Base: q, Mountpoint: filepath.Join(p, "m")}, api.ErrBadRequest, p)

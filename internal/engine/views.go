@@ -572,6 +572,7 @@ func (e *Engine) wsMount(ctx context.Context, req api.Request) (_ api.Response, 
 	if known && other != ts.id {
 		return api.Response{}, api.Errorf(api.ErrExists, "mount %s: already mounted (tree %s)", mp, other)
 	}
+	ts.refreshNames() // a tree without views keeps none
 	node := ts.t.Root()
 	if req.Branch != "" {
 		if node, err = ts.resolve(op, req.Branch); err != nil {

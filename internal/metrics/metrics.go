@@ -13,6 +13,9 @@ import (
 const (
 	FaceLine = "line"
 	FaceHTTP = "http"
+	// FaceCtl: the verbs a view's control files (writes and ioctls on
+	// .branchfs_ctl) ask for.
+	FaceCtl = "ctl"
 )
 
 // CodeOK is the code label of a successful request.
