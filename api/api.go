@@ -167,8 +167,10 @@ type Tree struct {
 	Base    string `json:"base"`
 	Backend string `json:"backend"`
 	Root    string `json:"root"`
-	Usage   Usage  `json:"usage"`
-	Budget  Budget `json:"budget"`
+	// OwnerUID made the tree: it, root and the daemon's uid drive it.
+	OwnerUID uint32 `json:"owner_uid"`
+	Usage    Usage  `json:"usage"`
+	Budget   Budget `json:"budget"`
 }
 
 // Request is one JSON-lines request; Op selects the verb and the other fields

@@ -3,7 +3,6 @@ package daemon
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/arbor-dev/arbor/internal/fusemount"
+	"github.com/arbor-dev/arbor/internal/workspace"
 )
 
 // A daemon killed with SIGKILL can stay alive, holding its lock, while one
@@ -96,19 +96,8 @@ func dying(pid int) bool {
 }
 
 // abortMounts aborts the FUSE connections of the mounts under home and of
-// those remembered in home/mounts.json.
+// the views the daemon of home made elsewhere.
 func abortMounts(home string, ab *fusemount.Aborter) error {
-	points := []string{home}
-	if data, err := os.ReadFile(filepath.Join(home, "mounts.json")); err == nil {
-		var recs []struct {
-			Mountpoint string `json:"mountpoint"`
-		}
-		if json.Unmarshal(data, &recs) == nil {
-			for _, r := range recs {
-				points = append(points, r.Mountpoint)
-			}
-		}
-	}
 	ms, err := fusemount.List()
 	if err != nil {
 		return err
@@ -118,11 +107,11 @@ func abortMounts(home string, ab *fusemount.Aborter) error {
 		if m.FSType != "fuse.branchfs" {
 			continue
 		}
-		for _, p := range points {
-			if fusemount.Within(m.Point, p) {
-				errs = append(errs, ab.Abort(m))
-				break
-			}
+		// Under the home (the trees' own mounts), or made by the daemon
+		// of this home anywhere (its views: see workspace.MountSource).
+		owner, _, ours := workspace.ParseSource(m.Source)
+		if fusemount.Within(m.Point, home) || (ours && filepath.Clean(owner) == filepath.Clean(home)) {
+			errs = append(errs, ab.Abort(m))
 		}
 	}
 	return errors.Join(errs...)

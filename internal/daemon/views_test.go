@@ -167,3 +167,67 @@ func TestViewSwitchSurvivesSIGKILL(t *testing.T) {
 }
 
 func contains(err error, s string) bool { return err != nil && strings.Contains(err.Error(), s) }
+
+// TestTreeOwners: a tree belongs to the uid that made it. Another admitted
+// uid can neither see it in tree_list, nor read its nodes, fork, commit,
+// watch it, mount a view of it, drop or delete it; its own trees it can.
+func TestTreeOwners(t *testing.T) {
+	testenv.NeedFUSE(t)
+	dir := tempDir(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home, sockDir := filepath.Join(dir, "home"), filepath.Join(dir, "run")
+	os.Mkdir(sockDir, 0o755)
+	sock := filepath.Join(sockDir, "arbord.sock")
+	rootBase, nobodyBase, nobodyMP := filepath.Join(dir, "rootbase"), filepath.Join(dir, "nobodybase"), filepath.Join(dir, "nobodymp")
+	writeFile(t, filepath.Join(rootBase, "f"), "root's")
+	os.Chmod(rootBase, 0o777) // so that only the owner rule can refuse uid 65534
+	for _, p := range []string{nobodyBase, nobodyMP} {
+		os.MkdirAll(p, 0o755)
+		os.Chown(p, 65534, 65534)
+	}
+	startDaemon(t, Config{Home: home, Socket: sock, AllowUIDs: []int{65534}})
+	root, nobody := dialAs(t, sock, 0, 0), dialAs(t, sock, 65534, 65534)
+	rt, err := ask(t, root, api.Request{Op: api.OpTreeCreate, Base: rootBase, TreeID: "roots"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forbidden := func(req api.Request) {
+		t.Helper()
+		if _, err := ask(t, nobody, req); !errors.Is(err, api.ErrForbidden) || !contains(err, "belongs to uid 0") {
+			t.Errorf("uid 65534 %s on root's tree: %v, want forbidden by the owner rule", req.Op, err)
+		}
+	}
+	for _, req := range []api.Request{
+		{Op: api.OpTreeNodes, TreeID: "roots"},
+		{Op: api.OpTreeFork, TreeID: "roots", SourceID: rt.Root},
+		{Op: api.OpTreeProtect, TreeID: "roots", NodeID: rt.Root},
+		{Op: api.OpTreeOpen, TreeID: "roots"},
+		{Op: api.OpTreeDrop, TreeID: "roots"},
+		{Op: api.OpTreeDelete, TreeID: "roots"},
+		{Op: api.OpWsMount, Base: rootBase, Mountpoint: nobodyMP},
+	} {
+		forbidden(req)
+	}
+	own, err := ask(t, nobody, api.Request{Op: api.OpTreeCreate, Base: nobodyBase})
+	if err != nil {
+		t.Fatalf("uid 65534 makes a tree on its own base: %v", err)
+	}
+	if _, err := ask(t, nobody, api.Request{Op: api.OpTreeFork, TreeID: own.TreeID, SourceID: own.Root}); err != nil {
+		t.Errorf("uid 65534 forks its own tree: %v", err)
+	}
+	l, err := ask(t, nobody, api.Request{Op: api.OpTreeList})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Trees) != 1 || l.Trees[0].ID != own.TreeID || l.Trees[0].OwnerUID != 65534 {
+		t.Errorf("uid 65534's tree_list: %+v, want only its own tree", l.Trees)
+	}
+	if l, _ := ask(t, root, api.Request{Op: api.OpTreeList}); len(l.Trees) != 2 {
+		t.Errorf("root's tree_list: %+v, want both trees", l.Trees)
+	}
+	if n, err := ask(t, root, api.Request{Op: api.OpTreeNodes, TreeID: "roots"}); err != nil || len(n.Nodes) != 1 {
+		t.Errorf("root's tree after uid 65534's attempts: %+v, %v", n.Nodes, err)
+	}
+}

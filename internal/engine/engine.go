@@ -289,7 +289,7 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 	case api.OpTreeCreate:
 		return e.create(ctx, req)
 	case api.OpTreeList:
-		return api.Response{Status: "tree_list", Trees: e.list()}, nil
+		return api.Response{Status: "tree_list", Trees: e.list(ctx)}, nil
 	case api.OpTreeOpen:
 		return e.open(ctx, req)
 	case api.OpTreeDrop:
@@ -392,11 +392,20 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-func (e *Engine) list() []api.Tree {
+// owner is the uid that owns the tree (see treeMeta.Owner).
+func (ts *treeState) owner() uint32 {
+	if ts.meta.Owner != nil {
+		return *ts.meta.Owner
+	}
+	return uint32(os.Geteuid())
+}
+
+// list summarises the loaded trees that ctx's requester may drive.
+func (e *Engine) list(ctx context.Context) []api.Tree {
 	out := []api.Tree{}
 	for _, ts := range e.loaded() {
 		ts.mu.Lock()
-		if !ts.dropped {
+		if !ts.dropped && e.mayDrive(ctx, api.OpTreeList, ts) == nil {
 			e.measure(ts)
 			out = append(out, ts.summary())
 		}
@@ -406,6 +415,6 @@ func (e *Engine) list() []api.Tree {
 }
 
 func (ts *treeState) summary() api.Tree {
-	return api.Tree{ID: ts.meta.ID, Base: ts.meta.Base, Backend: ts.meta.Backend, Root: ts.t.Root(),
+	return api.Tree{ID: ts.meta.ID, Base: ts.meta.Base, Backend: ts.meta.Backend, Root: ts.t.Root(), OwnerUID: ts.owner(),
 		Usage: ts.t.Usage(), Budget: ts.t.Budget()}
 }

@@ -140,8 +140,10 @@ func (ts *treeState) validBranchName(op, name string) error {
 		return err
 	}
 	switch {
-	case name == "." || name == ".." || strings.ContainsAny(name, "/\x00"):
-		return api.Errorf(api.ErrBadRequest, "%s: branch name %q: want a file name (not empty, . or .., no /)", op, name)
+	case strings.ContainsAny(name, "/\x00"):
+		return api.Errorf(api.ErrBadRequest, "%s: branch name %q must not contain '/'", op, name)
+	case name == "." || name == "..":
+		return api.Errorf(api.ErrBadRequest, "%s: branch name %q: want a file name", op, name)
 	case name == MainBranch || reservedName.MatchString(name):
 		return api.Errorf(api.ErrBadRequest, "%s: branch name %q is reserved (main and n<digits> name nodes)", op, name)
 	}
@@ -458,6 +460,9 @@ func (e *Engine) wsCommit(ctx context.Context, ts *treeState, vw *view, req api.
 	if err != nil {
 		return api.Response{}, err
 	}
+	if id == ts.t.Root() {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "commit %s: main has no parent", name)
+	}
 	r, err := e.commit(ctx, ts, api.Request{Op: req.Op, NodeID: id})
 	if err != nil {
 		return api.Response{}, err
@@ -570,7 +575,7 @@ func (e *Engine) wsMount(ctx context.Context, req api.Request) (_ api.Response, 
 	other, known := e.viewAt[mp]
 	e.mu.Unlock()
 	if known && other != ts.id {
-		return api.Response{}, api.Errorf(api.ErrExists, "mount %s: already mounted (tree %s)", mp, other)
+		return api.Response{}, api.Errorf(api.ErrExists, "mount %s: already mounted (base %s) as a view of tree %s", mp, e.baseOf(other), other)
 	}
 	ts.refreshNames() // a tree without views keeps none
 	node := ts.t.Root()
@@ -604,6 +609,17 @@ func (e *Engine) wsMount(ctx context.Context, req api.Request) (_ api.Response, 
 	}
 	e.emit(ts, "mount", node)
 	return api.Response{Status: "ws_mounted", TreeID: ts.id, NodeID: node, Path: vw.rec.Mountpoint, Branch: ts.names.name(node)}, nil
+}
+
+// baseOf is the base of loaded tree id.
+func (e *Engine) baseOf(id string) string {
+	e.mu.Lock()
+	ts, ok := e.trees[id]
+	e.mu.Unlock()
+	if !ok || ts == nil {
+		return "?"
+	}
+	return ts.meta.Base // immutable
 }
 
 // treeOfBase is the tree that holds base: a loaded one, a dropped one
@@ -814,10 +830,7 @@ func (e *Engine) mayDrive(ctx context.Context, op string, ts *treeState) error {
 	if !ok || cred.UID == 0 || cred.UID == e.self {
 		return nil
 	}
-	owner := e.self
-	if ts.meta.Owner != nil {
-		owner = *ts.meta.Owner
-	}
+	owner := ts.owner()
 	if cred.UID == owner {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 )
 
 // hub fans events out to watchers. Sends never block: a watcher whose
@@ -111,17 +112,23 @@ func (e *Engine) Watchers() int {
 // that falls WatchBuffer events behind is cut off.
 func (e *Engine) Watch(ctx context.Context, treeID string) (api.Response, <-chan api.Event, error) {
 	if treeID == "" {
+		if cred, ok := access.FromContext(ctx); ok && cred.UID != 0 && cred.UID != e.self {
+			return api.Response{}, nil, api.Errorf(api.ErrForbidden, "watch: every tree's events are for root and the daemon's uid; %s may watch its own trees by id", cred)
+		}
 		w, ok := e.hub.add(ctx, "", e.cfg.WatchBuffer)
 		if !ok {
 			return api.Response{}, nil, api.Errorf(api.ErrBusy, "watch: engine closed")
 		}
-		return api.Response{Status: "tree_watching", Trees: e.list()}, w.ch, nil
+		return api.Response{Status: "tree_watching", Trees: e.list(ctx)}, w.ch, nil
 	}
 	ts, err := e.get("watch", treeID)
 	if err != nil {
 		return api.Response{}, nil, err
 	}
 	defer ts.mu.Unlock()
+	if err := e.mayDrive(ctx, "watch", ts); err != nil {
+		return api.Response{}, nil, err
+	}
 	// Under ts.mu no event of this tree is emitted: the snapshot and the
 	// stream meet exactly.
 	w, ok := e.hub.add(ctx, treeID, e.cfg.WatchBuffer)
