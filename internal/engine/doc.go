@@ -6,7 +6,8 @@
 //
 // # Vocabulary
 //
-// A tree has an id (given, or "t1", "t2", ...), a base directory, a backend
+// A tree has an id (given, or "t1", "t2", ...; a tree ws_mount makes is
+// named after its base), an owner uid, a base directory, a backend
 // ("dir": files only, today) and a budget. Its nodes have engine-generated ids
 // "n1" (the root), "n2", ...; the root's files are the branch "main", every
 // other node's files the branch named by its id. A node's Path in replies is
@@ -71,6 +72,29 @@
 // latency_ns runs from the same start to the moment Files.Fork returned, when
 // every child's files exist, so all forks of a batch share it.
 //
+// # Views and owners
+//
+// A workspace mount is a view of a tree (views.go): ws_mount opens the tree
+// that holds its base (a dropped one is opened again) or makes one, named
+// after the base, and asks the files layer (Viewer) to mount the view. The
+// ws_* verbs are tree verbs on that tree: ws_create is a fork labelled with
+// the branch's name, ws_commit a commit, ws_abort an abort, through the same
+// code (fork, commit, remove), so budgets, events and metrics apply. A
+// view's control files call back into Do through Config.Via. Names: a node
+// is named by its id, by its label when exactly one node has it, and the
+// root by "main"; new branch names may not be "main" or of the id form.
+// Views are recorded in trees.db (views/<tree>/<mountpoint>: mountpoint,
+// node shown, who mounted it) before a verb that changes them answers, and
+// mounted again at the tree's load, as their makers; a view whose node went
+// shows its nearest ancestor. Crash order: ws_mount mounts, then records
+// (a crash in between leaves a dead mount that the next daemon detaches);
+// ws_unmount unmounts, then forgets; a switch records, then shows.
+//
+// A tree belongs to the uid that made it (treeMeta.Owner; requests without
+// credentials are the daemon's own). Every verb on a tree, Watch of it and
+// a view of its base is refused (forbidden) to other uids but root and the
+// daemon's; tree_list shows a uid its own trees.
+//
 // # Locking
 //
 // Engine.life serialises tree_create, tree_open, tree_drop, tree_delete and
@@ -79,7 +103,12 @@
 // only to look up, insert or remove. treeState.mu serialises every verb on
 // one tree, with its Files calls and its metadata writes; verbs on different
 // trees run in parallel (bbolt serialises their transactions). hub.mu guards
-// the watchers. Order: life, treeState.mu, Engine.mu, hub.mu. Events are
+// the watchers. Order: life, treeState.mu, Engine.mu, hub.mu. A view's FUSE
+// requests read the tree's names table (its own lock) and ask for verbs
+// through Do, which waits for treeState.mu; so a forced unmount of a view,
+// which waits for the view's requests, is made with treeState.mu released
+// and the tree marked dropped (takeViews): a request waiting for the mutex
+// then finds the tree gone. Events are
 // emitted under the tree's mutex, so each tree's stream is in verb order
 // with consecutive Seq numbers, and Watch takes its snapshot under the same
 // mutex, so snapshot and stream meet exactly.
