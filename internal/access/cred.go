@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 
@@ -92,4 +93,17 @@ func (r *Rules) as(c Cred, fn func() error) error {
 		}()
 	}()
 	return <-done
+}
+
+// Resolve is p with its symlinks resolved as c would resolve them (on a
+// thread with c's credentials), so that what lies behind a directory c
+// cannot search is never resolved for c, nor named in a refusal.
+func (r *Rules) Resolve(c Cred, p string) (string, error) {
+	var out string
+	err := r.as(c, func() error {
+		var err error
+		out, err = filepath.EvalSymlinks(p)
+		return err
+	})
+	return out, err
 }

@@ -231,3 +231,44 @@ func TestTreeOwners(t *testing.T) {
 		t.Errorf("root's tree after uid 65534's attempts: %+v, %v", n.Nodes, err)
 	}
 }
+
+// TestRefusalsNameNoHiddenPath: a base or mountpoint given through a
+// symlink into a directory the requester cannot search is refused without
+// naming what lies behind it (the daemon, root, resolved it once and said
+// so in the refusal).
+func TestRefusalsNameNoHiddenPath(t *testing.T) {
+	testenv.NeedFUSE(t)
+	dir := tempDir(t)
+	os.Chmod(dir, 0o755)
+	home, sockDir := filepath.Join(dir, "home"), filepath.Join(dir, "run")
+	os.Mkdir(sockDir, 0o755)
+	sock := filepath.Join(sockDir, "arbord.sock")
+	hidden := filepath.Join(dir, "hidden")
+	os.MkdirAll(filepath.Join(hidden, "secret-name", "m"), 0o755)
+	os.Chmod(hidden, 0o700)
+	pub := filepath.Join(dir, "pub")
+	os.MkdirAll(pub, 0o755)
+	link := filepath.Join(pub, "link")
+	if err := os.Symlink(filepath.Join(hidden, "secret-name"), link); err != nil {
+		t.Fatal(err)
+	}
+	own := filepath.Join(dir, "own")
+	os.MkdirAll(own, 0o755)
+	os.Chown(own, 65534, 65534)
+	startDaemon(t, Config{Home: home, Socket: sock, AllowUIDs: []int{65534}})
+	nobody := dialAs(t, sock, 65534, 65534)
+	for _, req := range []api.Request{
+		{Op: api.OpTreeCreate, Base: link},
+		{Op: api.OpWsMount, Base: link, Mountpoint: filepath.Join(own, "m")},
+		{Op: api.OpWsMount, Base: own, Mountpoint: filepath.Join(link, "m")},
+	} {
+		_, err := ask(t, nobody, req)
+		if err == nil {
+			t.Errorf("uid 65534 %s base %s mountpoint %s: accepted", req.Op, req.Base, req.Mountpoint)
+			continue
+		}
+		if contains(err, "secret-name") {
+			t.Errorf("uid 65534 %s: the refusal names the hidden path: %v", req.Op, err)
+		}
+	}
+}

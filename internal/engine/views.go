@@ -575,7 +575,7 @@ func (e *Engine) wsMount(ctx context.Context, req api.Request) (_ api.Response, 
 	other, known := e.viewAt[mp]
 	e.mu.Unlock()
 	if known && other != ts.id {
-		return api.Response{}, api.Errorf(api.ErrExists, "mount %s: already mounted (base %s) as a view of tree %s", mp, e.baseOf(other), other)
+		return api.Response{}, api.Errorf(api.ErrExists, "mount %s: already mounted (base %s) as a view of tree %s", req.Mountpoint, e.baseOf(other), other)
 	}
 	ts.refreshNames() // a tree without views keeps none
 	node := ts.t.Root()
@@ -595,11 +595,14 @@ func (e *Engine) wsMount(ctx context.Context, req api.Request) (_ api.Response, 
 		}
 		if req.Branch != "" && node != vw.rec.Node {
 			return api.Response{}, api.Errorf(api.ErrExists,
-				"mount %s: already mounted, showing %s, not %s (arbor switch changes the branch shown)", mp, ts.names.name(vw.rec.Node), req.Branch)
+				"mount %s: already mounted, showing %s, not %s (arbor switch changes the branch shown)", req.Mountpoint, ts.names.name(vw.rec.Node), req.Branch)
 		}
 		return api.Response{Status: "ws_mounted", TreeID: ts.id, NodeID: vw.rec.Node, Path: mp, Branch: ts.names.name(vw.rec.Node), AlreadyMounted: true}, nil
 	}
-	vw, err := e.mountView(ctx, ts, viewRec{Tree: ts.id, Mountpoint: mp, Node: node, Cred: cred})
+	// The files layer resolves the mountpoint as the requester (mp, the
+	// daemon's own resolution, only finds views: a refusal must not name
+	// what the requester could not see).
+	vw, err := e.mountView(ctx, ts, viewRec{Tree: ts.id, Mountpoint: filepath.Clean(req.Mountpoint), Node: node, Cred: cred})
 	if err != nil {
 		return api.Response{}, err
 	}

@@ -38,7 +38,7 @@ type TreeFiles struct {
 // private directory is dir, over base.
 func (m *Manager) OpenTreeFiles(ctx context.Context, dir, base string) (*TreeFiles, error) {
 	base = filepath.Clean(base)
-	if err := m.notInMount(base); err != nil { // before opening it: never a request to our own mount
+	if err := m.notInMount(base, base); err != nil { // before opening it: never a request to our own mount
 		return nil, fmt.Errorf("tree files: %w", err)
 	}
 	// The requester's credentials, or the daemon's own for a caller with
@@ -56,7 +56,7 @@ func (m *Manager) OpenTreeFiles(ctx context.Context, dir, base string) (*TreeFil
 	if err := m.apart(base); err != nil {
 		return nil, fmt.Errorf("tree files: %w", err)
 	}
-	if err := m.notInMount(base); err != nil {
+	if err := m.notInMount(base, base); err != nil {
 		return nil, fmt.Errorf("tree files: %w", err)
 	}
 	m.mu.Lock()
@@ -130,33 +130,28 @@ func (t *TreeFiles) MountView(ctx context.Context, spec engine.ViewSpec) (engine
 	if !ok {
 		return nil, api.Errorf(api.ErrForbidden, "mount: the request carries no requester credentials")
 	}
-	mp := spec.Mountpoint
-	if err := checkAbs(mp); err != nil {
+	if err := checkAbs(spec.Mountpoint); err != nil {
 		return nil, fmt.Errorf("mount: mountpoint: %w", err)
 	}
-	if inside(mp, t.base) || inside(t.base, mp) {
-		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and base %s must not contain each other", mp, t.base)
+	fusemount.DetachStale(spec.Mountpoint) // a dead mount of a daemon killed there
+	// Paths are resolved and checked as the requester: what they could
+	// not see is never named in a refusal. The placement rules are checked
+	// before the access rules, which make a missing mountpoint, and again
+	// on the directory those opened.
+	if parent, err := m.rules.Resolve(cred, filepath.Dir(spec.Mountpoint)); err == nil {
+		if err := t.placeable(filepath.Join(parent, filepath.Base(spec.Mountpoint))); err != nil {
+			return nil, err
+		}
 	}
-	if inside(mp, m.cfg.Home) || inside(m.cfg.Home, mp) {
-		return nil, api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and the daemon's home %s must not contain each other", mp, m.cfg.Home)
-	}
-	m.mu.Lock()
-	_, taken := m.views[mp]
-	err := m.outsideBases(mp)
-	m.mu.Unlock()
-	if taken {
-		return nil, api.Errorf(api.ErrExists, "mount %s: already mounted", mp)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("mount: %w", err)
-	}
-	fusemount.DetachStale(mp)
-	dir, err := m.rules.Mountpoint(cred, mp)
+	dir, err := m.rules.Mountpoint(cred, spec.Mountpoint)
 	if err != nil {
 		return nil, fmt.Errorf("mount: %w", err)
 	}
 	defer dir.Close() // the mount, once made, holds the directory
-	mp = dir.Path
+	mp := dir.Path
+	if err := t.placeable(mp); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.views[mp]; ok {
@@ -176,6 +171,24 @@ func (t *TreeFiles) MountView(ctx context.Context, spec engine.ViewSpec) (engine
 	t.views[mp] = f
 	t.mu.Unlock()
 	return v, nil
+}
+
+// placeable refuses a view at mp inside or around the tree's base or the
+// daemon's home, or inside another tree's base.
+func (t *TreeFiles) placeable(mp string) error {
+	m := t.m
+	if inside(mp, t.base) || inside(t.base, mp) {
+		return api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and base %s must not contain each other", mp, t.base)
+	}
+	if inside(mp, m.cfg.Home) || inside(m.cfg.Home, mp) {
+		return api.Errorf(api.ErrBadRequest, "mount: mountpoint %s and the daemon's home %s must not contain each other", mp, m.cfg.Home)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.outsideBases(mp); err != nil {
+		return fmt.Errorf("mount: %w", err)
+	}
+	return nil
 }
 
 // view is a mounted view: its cowfs mount, which the tables forget when

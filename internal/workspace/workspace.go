@@ -97,13 +97,13 @@ func ParseSource(src string) (home, base string, ok bool) {
 // requester (access.FromContext; the daemon itself without one): the key
 // by which a tree holds its base (engine.Config.ResolveBase).
 func (m *Manager) ResolveBase(ctx context.Context, p string) (string, error) {
-	c, err := m.base(p)
-	if err != nil {
-		return "", fmt.Errorf("base: %w", err)
-	}
 	cred, ok := access.FromContext(ctx)
 	if !ok {
 		cred = access.Self()
+	}
+	c, err := m.base(cred, p)
+	if err != nil {
+		return "", fmt.Errorf("base: %w", err)
 	}
 	d, err := m.rules.Base(cred, c)
 	if err != nil {
@@ -177,32 +177,34 @@ func checkAbs(p string) error {
 	return nil
 }
 
-// base resolves a base argument; a base inside one of our mounts is refused
-// (the store would read its layers through its own FUSE server).
-func (m *Manager) base(p string) (string, error) {
+// base resolves a base argument as cred would (so that a refusal never
+// names what cred could not see); a base inside one of our mounts is
+// refused (the store would read its layers through its own FUSE server).
+func (m *Manager) base(cred access.Cred, p string) (string, error) {
 	if err := checkAbs(p); err != nil {
 		return "", err
 	}
 	c := filepath.Clean(p)
-	if err := m.notInMount(c); err != nil {
+	if err := m.notInMount(c, p); err != nil {
 		return "", err
 	}
-	r, err := filepath.EvalSymlinks(c)
+	r, err := m.rules.Resolve(cred, c)
 	if err != nil {
-		return c, nil // the mount reports a missing base
+		return c, nil // the access rules refuse it, as cred
 	}
-	if err := m.notInMount(r); err != nil {
+	if err := m.notInMount(r, p); err != nil {
 		return "", err
 	}
 	return r, nil
 }
 
-func (m *Manager) notInMount(p string) error {
+// notInMount refuses a base p (asked for as asked) inside one of our views.
+func (m *Manager) notInMount(p, asked string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for mp := range m.views {
 		if inside(p, mp) {
-			return api.Errorf(api.ErrBadRequest, "base %s is inside the arbor mount %s", p, mp)
+			return api.Errorf(api.ErrBadRequest, "base %s is inside an arbor mount", asked)
 		}
 	}
 	return nil
