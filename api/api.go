@@ -192,6 +192,10 @@ type Request struct {
 	Parent     string `json:"parent,omitempty"`
 	Durable    *bool  `json:"durable,omitempty"`
 	QuotaBytes int64  `json:"quota_bytes,omitempty"`
+	// NoSwitch: ws_create leaves the mount where it is (a create through
+	// a control file, as BranchFS's CREATE ioctl); otherwise a branch made
+	// from the one the mount shows is shown next (arbor create).
+	NoSwitch bool `json:"no_switch,omitempty"`
 }
 
 // Workspace ops, behind the arbor mount/create/diff/commit/abort/switch/list/unmount commands.

@@ -281,4 +281,20 @@ func printBranches(w io.Writer, bs []api.Branch) {
 		}
 	}
 	walk("", 0)
+	// A branch whose parent is not listed is shown too, at the top: the
+	// table never hides what -o json shows.
+	names := map[string]bool{}
+	for _, b := range bs {
+		names[b.Name] = true
+	}
+	var orphans []string
+	for p := range kids {
+		if p != "" && !names[p] {
+			orphans = append(orphans, p)
+		}
+	}
+	sort.Strings(orphans)
+	for _, p := range orphans {
+		walk(p, 0)
+	}
 }

@@ -52,7 +52,8 @@ func TestMountIsAViewOfATree(t *testing.T) {
 	if err := os.WriteFile(ctl, []byte("create:attempt"), 0); err != nil {
 		t.Fatalf("create through the control file: %v", err)
 	}
-	writeFile(t, filepath.Join(mp, "g"), "attempt's")
+	// The create left the mount on main (BranchFS's rule): the branch is at /@attempt.
+	writeFile(t, filepath.Join(mp, "@attempt", "g"), "attempt's")
 	nodes := must(api.Request{Op: api.OpTreeNodes, TreeID: id})
 	var attempt string
 	for _, n := range nodes.Nodes {
@@ -75,8 +76,8 @@ func TestMountIsAViewOfATree(t *testing.T) {
 	if n := must(api.Request{Op: api.OpTreeNodes, TreeID: id}); len(n.Nodes) != 2 {
 		t.Errorf("after the refused forks the tree has %d nodes, want 2", len(n.Nodes))
 	}
-	// Commit through the control file: the tree's commit.
-	if err := os.WriteFile(ctl, []byte("commit"), 0); err != nil {
+	// Commit through the branch's control file: the tree's commit.
+	if err := os.WriteFile(filepath.Join(mp, "@attempt", ".branchfs_ctl"), []byte("commit"), 0); err != nil {
 		t.Fatalf("commit through the control file: %v", err)
 	}
 	if b, err := os.ReadFile(filepath.Join(base, "g")); err != nil || string(b) != "attempt's" {

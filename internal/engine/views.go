@@ -172,7 +172,7 @@ type viewControl struct {
 }
 
 func (c *viewControl) Create(ctx context.Context, parent, name string) (string, error) {
-	r, err := c.e.via(ctx, api.Request{Op: api.OpWsCreate, Mountpoint: c.mp, Parent: parent, Branch: name})
+	r, err := c.e.via(ctx, api.Request{Op: api.OpWsCreate, Mountpoint: c.mp, Parent: parent, Branch: name, NoSwitch: true})
 	if err != nil {
 		return "", err
 	}
@@ -441,9 +441,10 @@ func (e *Engine) wsCreate(ctx context.Context, ts *treeState, vw *view, req api.
 			return api.Response{}, err
 		}
 	}
-	if parent == vw.rec.Node {
+	if parent == vw.rec.Node && !req.NoSwitch {
 		// A branch made from the one the mount shows is shown next (arbor
-		// create, and a create through the root's control file).
+		// create); a create through a control file switches nothing
+		// (BranchFS's rule: N creates on the root's file make N siblings).
 		if err := e.show(ts, vw, id); err != nil {
 			return api.Response{}, err
 		}

@@ -21,12 +21,13 @@ func TestCommitLeafOnly(t *testing.T) {
 	m := newStack(t)
 	base, mp := t.TempDir(), filepath.Join(t.TempDir(), "m")
 	do(t, m, api.Request{Op: api.OpWsMount, Base: base, Mountpoint: mp})
-	ctl := filepath.Join(mp, ".branchfs_ctl")
-	for _, n := range []string{"a", "b"} { // b is a child of a
-		if err := os.WriteFile(ctl, []byte("create:"+n), 0); err != nil {
+	// a from main through the root's control file, b from a through a's
+	// (a create through a control file leaves the mount where it is).
+	for _, c := range []struct{ at, name string }{{mp, "a"}, {filepath.Join(mp, "@a"), "b"}} {
+		if err := os.WriteFile(filepath.Join(c.at, ".branchfs_ctl"), []byte("create:"+c.name), 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(mp, "in-"+n), []byte(n), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(mp, "@"+c.name, "in-"+c.name), []byte(c.name), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -35,17 +36,21 @@ func TestCommitLeafOnly(t *testing.T) {
 		t.Fatalf("ws_commit a (child b): %v, want bad_state", err)
 	}
 	l := do(t, m, api.Request{Op: api.OpWsList, Mountpoint: mp})
-	if len(l.Branches) != 3 || l.Branch != "b" {
+	if len(l.Branches) != 3 || l.Branch != "main" {
 		t.Fatalf("after the refused commit: %+v", l)
 	}
 	for _, b := range l.Branches {
 		if b.State != api.StateLive {
 			t.Fatalf("after the refused commit %s is %s", b.Name, b.State)
 		}
+		if b.Name == "b" && b.Parent != "a" {
+			t.Fatalf("b's parent is %q, want a", b.Parent)
+		}
 	}
-	if d, err := os.ReadFile(filepath.Join(mp, "in-b")); err != nil || string(d) != "b" {
+	if d, err := os.ReadFile(filepath.Join(mp, "@b", "in-b")); err != nil || string(d) != "b" {
 		t.Fatalf("b's file after the refused commit: %q, %v", d, err)
 	}
+	do(t, m, api.Request{Op: api.OpWsSwitch, Mountpoint: mp, Branch: "b"})
 	do(t, m, api.Request{Op: api.OpWsCommit, Mountpoint: mp, Branch: "b"})
 	if ms := do(t, m, api.Request{Op: api.OpWsMounts}); len(ms.Mounts) != 1 || ms.Mounts[0].Branch != "a" {
 		t.Fatalf("ws_mounts after committing b: %+v, want a", ms.Mounts)

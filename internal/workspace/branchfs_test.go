@@ -1,0 +1,111 @@
+package workspace_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/testenv"
+	"golang.org/x/sys/unix"
+)
+
+// BranchFS's ioctl numbers (cowfs serves them).
+const (
+	ioctlCreate = 0x80806200 // _IOR('b', 0, char[128]): fills the new branch's name
+	ioctlCommit = 0x6201
+	ioctlAbort  = 0x6202
+)
+
+// ctlIoctl issues a BranchFS ioctl on path's control file and returns the
+// name a CREATE filled in.
+func ctlIoctl(t *testing.T, dir string, cmd uintptr) (string, error) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, ".branchfs_ctl"))
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	var buf [128]byte
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), cmd, uintptr(unsafe.Pointer(&buf[0]))); e != 0 {
+		return "", e
+	}
+	return strings.TrimRight(string(buf[:]), "\x00"), nil
+}
+
+// TestBranchFSControlRules: BranchFS's library forks N attempts from the
+// root with N CREATE ioctls and expects N siblings, the mount left where
+// it was; a losing attempt's control file still opens and its COMMIT
+// fails with ESTALE (what the library turns into its conflict error),
+// ABORT works; the root of a mount whose branch is valid never answers
+// ESTALE because a branch elsewhere committed; ws_list shows the stale
+// branches.
+func TestBranchFSControlRules(t *testing.T) {
+	testenv.NeedFUSE(t)
+	s := newStack(t)
+	base, mp := t.TempDir(), filepath.Join(t.TempDir(), "m")
+	os.WriteFile(filepath.Join(base, "f"), []byte("base"), 0o644)
+	do(t, s, api.Request{Op: api.OpWsMount, Base: base, Mountpoint: mp})
+	var names []string
+	for range 3 {
+		name, err := ctlIoctl(t, mp, ioctlCreate)
+		if err != nil {
+			t.Fatalf("CREATE on the root's control file: %v", err)
+		}
+		names = append(names, name)
+	}
+	l := do(t, s, api.Request{Op: api.OpWsList, Mountpoint: mp})
+	if l.Branch != "main" {
+		t.Errorf("after three CREATE ioctls the mount shows %s, want main (the ioctls never switch)", l.Branch)
+	}
+	for _, b := range l.Branches {
+		if b.Name != "main" && b.Parent != "main" {
+			t.Errorf("branch %s has parent %s: three CREATEs on the root must make siblings", b.Name, b.Parent)
+		}
+	}
+	for i, n := range names {
+		if err := os.WriteFile(filepath.Join(mp, "@"+n, "f"), []byte(n), 0o644); err != nil {
+			t.Fatalf("write in attempt %d (%s): %v", i, n, err)
+		}
+	}
+	if _, err := ctlIoctl(t, filepath.Join(mp, "@"+names[0]), ioctlCommit); err != nil {
+		t.Fatalf("COMMIT of the first attempt: %v", err)
+	}
+	if l := do(t, s, api.Request{Op: api.OpWsList, Mountpoint: mp}); l.Branch != "main" {
+		t.Errorf("after an ioctl COMMIT elsewhere the mount shows %s, want main", l.Branch)
+	}
+	// The root shows main, still valid: it answers.
+	if b, err := os.ReadFile(filepath.Join(mp, "f")); err != nil || string(b) != names[0] {
+		t.Errorf("the root after a sibling's commit: %q, %v; want the committed content", b, err)
+	}
+	if _, err := os.ReadDir(mp); err != nil {
+		t.Errorf("listing the root after a commit: %v", err)
+	}
+	// The losers: their control files open, COMMIT is ESTALE, ABORT works.
+	if _, err := ctlIoctl(t, filepath.Join(mp, "@"+names[1]), ioctlCommit); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("COMMIT of a stale attempt: %v, want ESTALE", err)
+	}
+	l = do(t, s, api.Request{Op: api.OpWsList, Mountpoint: mp})
+	stale := 0
+	for _, b := range l.Branches {
+		if b.State == api.StateStale {
+			stale++
+		}
+	}
+	if stale != 2 {
+		t.Errorf("ws_list shows %d stale branches, want the two losers: %+v", stale, l.Branches)
+	}
+	if _, err := ctlIoctl(t, filepath.Join(mp, "@"+names[2]), ioctlAbort); err != nil {
+		t.Errorf("ABORT of a stale attempt: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(mp, "@"+names[1], ".branchfs_ctl"), []byte("abort"), 0); err != nil {
+		t.Errorf("abort written to a stale attempt's control file: %v", err)
+	}
+	if l := do(t, s, api.Request{Op: api.OpWsList, Mountpoint: mp}); len(l.Branches) != 1 {
+		t.Errorf("after aborting the losers: %+v, want main alone", l.Branches)
+	}
+}
