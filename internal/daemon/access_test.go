@@ -23,6 +23,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/testenv"
 )
 
@@ -85,11 +86,8 @@ func ask(t *testing.T, c net.Conn, req api.Request) (api.Response, error) {
 
 // unmountIfOurs detaches an arbor mount at p, should a regression have made one.
 func unmountIfOurs(p string) {
-	data, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == p && strings.Contains(line, "fuse.branchfs") {
-			unix.Unmount(p, unix.MNT_DETACH)
-		}
+	if m, ok := fusemount.Find(p); ok && m.FSType == "fuse.branchfs" {
+		unix.Unmount(p, unix.MNT_DETACH)
 	}
 }
 

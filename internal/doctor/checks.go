@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/arbor-dev/arbor/internal/fusemount"
 	"golang.org/x/sys/unix"
 )
 
@@ -70,8 +71,8 @@ func checkDevFuse(_ context.Context, h *host) Check {
 	// Looked up before any stat: a stat of a FUSE mount whose server hangs
 	// would hang too.
 	for _, m := range h.mounts() {
-		if m.point == dev {
-			return blocking(missing(fmt.Sprintf("a %s filesystem (source %s) is mounted over /dev/fuse and hides the device. No FUSE mount works", m.fstype, m.source),
+		if m.Point == dev {
+			return blocking(missing(fmt.Sprintf("a %s filesystem (source %s) is mounted over /dev/fuse and hides the device. No FUSE mount works", m.FSType, m.Source),
 				"umount -l /dev/fuse (whatever mounted it there did so by mistake)"))
 		}
 	}
@@ -172,7 +173,7 @@ const fusectlDir = "/sys/fs/fuse/connections"
 
 func checkFusectl(_ context.Context, h *host) Check {
 	for _, m := range h.mounts() {
-		if m.fstype == "fusectl" && m.point == fusectlDir {
+		if m.FSType == "fusectl" && m.Point == fusectlDir {
 			return ok("mounted at " + fusectlDir + ". arbord can abort a stuck FUSE connection (a forced unmount of a busy mount, the takeover after a SIGKILL)")
 		}
 	}
@@ -202,11 +203,11 @@ func checkIOUring(_ context.Context, h *host) Check {
 
 func checkCgroup(_ context.Context, h *host) Check {
 	var v1 []string // controllers of the v1 hierarchies
-	var v2 []mount
+	var v2 []fusemount.Mount
 	for _, m := range h.mounts() {
-		switch m.fstype {
+		switch m.FSType {
 		case "cgroup":
-			for _, o := range strings.Split(m.superOpts, ",") {
+			for _, o := range strings.Split(m.SuperOptions, ",") {
 				switch {
 				case o == "rw" || o == "ro" || strings.HasPrefix(o, "name=") || strings.HasPrefix(o, "release_agent=") ||
 					o == "noprefix" || o == "clone_children" || o == "xattr" || o == "cpuset_v2_mode" || o == "":
@@ -228,7 +229,7 @@ func checkCgroup(_ context.Context, h *host) Check {
 		return warn(fmt.Sprintf("cgroup v1 only (controllers %s): no cgroup.kill or cgroup.freeze. %s", strings.Join(v1, ", "), use),
 			"boot with systemd.unified_cgroup_hierarchy=1, or mount -t cgroup2 none /sys/fs/cgroup/unified")
 	}
-	mp := v2[0].point
+	mp := v2[0].Point
 	ctrls := strings.Fields(h.readTrim(path.Join(mp, "cgroup.controllers")))
 	kill, freeze, how := h.cgroup2Files(mp)
 	ctrlText := "no controllers"

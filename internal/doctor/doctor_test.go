@@ -713,20 +713,6 @@ func TestWriteJSON(t *testing.T) {
 	}
 }
 
-func TestParseMountinfo(t *testing.T) {
-	ms := parseMountinfo("36 35 98:0 /mnt1 /mnt/with\\040space rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n" +
-		"37 35 0:40 / /sys/fs/cgroup/cpu,cpuacct rw shared:9 shared:10 - cgroup cgroup rw,cpu,cpuacct\n" +
-		"garbage\n\n" +
-		"38 35 0:41 / /x rw - fuse.branchfs /srv/base\n")
-	want := []mount{
-		{point: "/mnt/with space", fstype: "ext3", source: "/dev/root", superOpts: "rw,errors=continue"},
-		{point: "/sys/fs/cgroup/cpu,cpuacct", fstype: "cgroup", source: "cgroup", superOpts: "rw,cpu,cpuacct"},
-		{point: "/x", fstype: "fuse.branchfs", source: "/srv/base"},
-	}
-	if !slices.Equal(ms, want) {
-		t.Errorf("got %+v\nwant %+v", ms, want)
-	}
-}
 
 func TestParseRelease(t *testing.T) {
 	for _, c := range []struct {

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/arbor-dev/arbor/internal/fusemount"
 )
 
 // host reads Host's file tree, parsing each file once.
@@ -24,7 +26,7 @@ type host struct {
 	kvOK       bool
 
 	mountsDone bool
-	mountList  []mount
+	mountList  []fusemount.Mount
 
 	configDone bool
 	config     map[string]string // nil when /proc/config.gz cannot be read
@@ -123,60 +125,11 @@ func (h *host) hasSysAdmin() (has, known bool) {
 	return v&(1<<capSysAdmin) != 0, true
 }
 
-// mount is one line of /proc/self/mountinfo.
-type mount struct {
-	point, fstype, source, superOpts string
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// parseMountinfo reads mountinfo lines: "ID PARENT MAJ:MIN ROOT POINT OPTS
-// [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS".
-func parseMountinfo(s string) []mount {
-	var ms []mount
-	for _, line := range strings.Split(s, "\n") {
-		f := strings.Fields(line)
-		sep := -1
-		for i, x := range f {
-			if x == "-" && i >= 6 {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+2 >= len(f) {
-			continue
-		}
-		m := mount{point: unescapeMount(f[4]), fstype: f[sep+1], source: unescapeMount(f[sep+2])}
-		if sep+3 < len(f) {
-			m.superOpts = f[sep+3]
-		}
-		ms = append(ms, m)
-	}
-	return ms
-}
-
-func (h *host) mounts() []mount {
+func (h *host) mounts() []fusemount.Mount {
 	if !h.mountsDone {
 		h.mountsDone = true
 		if s, err := h.read("/proc/self/mountinfo"); err == nil {
-			h.mountList = parseMountinfo(s)
+			h.mountList, _ = fusemount.Parse(strings.NewReader(s))
 		}
 	}
 	return h.mountList

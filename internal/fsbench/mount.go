@@ -1,7 +1,6 @@
 package fsbench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,117 +8,25 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
+	"github.com/arbor-dev/arbor/internal/fusemount"
 	"golang.org/x/sys/unix"
 )
 
-type mountInfo struct {
-	point, fstype, source, options string
-}
-
-// mounts reads /proc/self/mountinfo.
-func mounts() ([]mountInfo, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []mountInfo
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent major:minor root point options [optional...] - fstype source superoptions
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		a, b := strings.Fields(pre), strings.Fields(post)
-		if len(a) < 6 || len(b) < 2 {
-			continue
-		}
-		mi := mountInfo{point: unescapeMount(a[4]), options: a[5], fstype: b[0], source: b[1]}
-		if len(b) > 2 {
-			mi.options += "," + b[2]
-		}
-		out = append(out, mi)
-	}
-	return out, sc.Err()
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			ok := true
-			for _, c := range s[i+1 : i+4] {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + byte(c-'0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // isMounted reports whether path is a mount point.
 func isMounted(path string) bool {
-	ms, err := mounts()
-	if err != nil {
-		return false
-	}
-	for _, m := range ms {
-		if m.point == path {
-			return true
-		}
-	}
-	return false
-}
-
-// mountOf returns the mount that holds path (the longest mount-point prefix).
-func mountOf(path string) (mountInfo, bool) {
-	ms, err := mounts()
-	if err != nil {
-		return mountInfo{}, false
-	}
-	best, found := mountInfo{}, false
-	for _, m := range ms {
-		if within(path, m.point) && len(m.point) >= len(best.point) {
-			best, found = m, true
-		}
-	}
-	return best, found
-}
-
-func within(path, dir string) bool {
-	return path == dir || dir == "/" || strings.HasPrefix(path, dir+"/")
+	_, ok := fusemount.Find(path)
+	return ok
 }
 
 // detachUnder lazily unmounts every mount under dir, deepest first, and
 // returns their mount points.
 func detachUnder(dir string) []string {
-	ms, err := mounts()
-	if err != nil {
-		return nil
-	}
 	var left []string
-	for _, m := range ms {
-		if m.point != dir && within(m.point, dir) {
-			left = append(left, m.point)
+	for _, m := range fusemount.Under(dir) {
+		if m.Point != dir {
+			left = append(left, m.Point)
 		}
 	}
 	sort.Slice(left, func(i, j int) bool { return len(left[i]) > len(left[j]) })
@@ -157,25 +64,6 @@ func unmount(ctx context.Context, mnt string) error {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// waitMounted polls until mnt is a mount point, exited reports an early
-// failure, or the timeout passes.
-func waitMounted(ctx context.Context, mnt string, timeout time.Duration, exited <-chan struct{}) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		if isMounted(mnt) {
-			return nil
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("mount %s: the filesystem process exited", mnt)
-		case <-ctx.Done():
-			return fmt.Errorf("mount %s: %w", mnt, ctx.Err())
-		case <-time.After(2 * time.Millisecond):
-		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/arbor-dev/arbor/internal/fusemount"
 	"golang.org/x/sys/unix"
 )
 
@@ -257,8 +258,8 @@ func probeMachine(dir string) Machine {
 		}
 		f.Close()
 	}
-	if mi, ok := mountOf(dir); ok {
-		m.Disk = fmt.Sprintf("%s %s on %s (%s)", mi.source, mi.fstype, mi.point, mi.options)
+	if mi, ok := fusemount.Of(dir); ok {
+		m.Disk = fmt.Sprintf("%s %s on %s (%s)", mi.Source, mi.FSType, mi.Point, mi.Options)
 	}
 	return m
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arbor-dev/arbor/internal/fusemount"
 	"golang.org/x/sys/unix"
 )
 
@@ -136,7 +137,7 @@ func (o *overlay) mount(ctx context.Context) (*ovMount, error) {
 	m.done = make(chan struct{})
 	go func() { _ = m.cmd.Wait(); close(m.done) }()
 	o.live[m] = true
-	if err := waitMounted(ctx, m.mnt, 10*time.Second, m.done); err != nil {
+	if err := fusemount.Wait(ctx, m.mnt, 10*time.Second, m.done); err != nil {
 		uerr := o.unmount(context.Background(), m)
 		return nil, fmt.Errorf("fuse-overlayfs: %w (output: %s) %v", err, m.output(), uerr)
 	}

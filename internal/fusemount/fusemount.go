@@ -24,6 +24,7 @@ package fusemount
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -54,6 +56,9 @@ type Mount struct {
 	FSType     string // e.g. "fuse.branchfs", "fusectl"
 	Source     string
 	Options    string // per-mount options, then the superblock's
+	// SuperOptions are the superblock's options alone (a cgroup v1
+	// hierarchy's controllers are there).
+	SuperOptions string
 }
 
 // Conn is the mount's fusectl connection number (its device number).
@@ -96,6 +101,7 @@ func Parse(r io.Reader) ([]Mount, error) {
 		m.FSType, m.Source = b[0], Unescape(b[1])
 		if len(b) > 2 {
 			m.Options += "," + b[2]
+			m.SuperOptions = b[2]
 		}
 		out = append(out, m)
 	}
@@ -145,6 +151,44 @@ func Find(point string) (Mount, bool) {
 		}
 	}
 	return found, ok
+}
+
+// Of is the mount that holds path: the one at the longest mountpoint that
+// path is within (the topmost there).
+func Of(path string) (Mount, bool) {
+	ms, err := List()
+	if err != nil {
+		return Mount{}, false
+	}
+	var best Mount
+	found := false
+	for _, m := range ms {
+		if Within(path, m.Point) && len(m.Point) >= len(best.Point) {
+			best, found = m, true
+		}
+	}
+	return best, found
+}
+
+// Wait polls until point is a mountpoint, exited (if not nil) is closed
+// (the filesystem's server ended: an early failure), ctx ends or timeout
+// passes. On failure the caller unwinds what it started: the mount, if
+// it came after all, and the server.
+func Wait(ctx context.Context, point string, timeout time.Duration, exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		if _, ok := Find(point); ok {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("mount %s: the filesystem's server exited", point)
+		case <-ctx.Done():
+			return fmt.Errorf("mount %s: %w", point, ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
 
 // Under lists the mounts at or below dir, in mount order (a mount stacked

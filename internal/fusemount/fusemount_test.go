@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,6 +34,9 @@ func TestParse(t *testing.T) {
 	}
 	if !strings.Contains(ms[1].Options, "default_permissions") || !strings.HasPrefix(ms[1].Options, "rw,nosuid") {
 		t.Errorf("options %q", ms[1].Options)
+	}
+	if ms[0].SuperOptions != "rw,errors=continue" || ms[2].SuperOptions != "rw" {
+		t.Errorf("superblock options %q, %q", ms[0].SuperOptions, ms[2].SuperOptions)
 	}
 	for _, bad := range []string{"36 35 98:0 /mnt1 /mnt2 rw", "x 35 98:0 / / rw - ext4 /dev/x rw", "1 2 98-0 / / rw - ext4 /dev/x rw"} {
 		if _, err := Parse(strings.NewReader(bad + "\n")); err == nil {
@@ -86,5 +90,35 @@ func TestFindSpace(t *testing.T) {
 	}
 	if _, ok := Find(mp); ok {
 		t.Fatal("still mounted after Detach")
+	}
+}
+
+// TestWaitAndOf: Wait returns once a mount shows at its point, fails at
+// once when the server exits first, and Of finds the mount that holds a
+// path below a mountpoint.
+func TestWaitAndOf(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	mp := filepath.Join(t.TempDir(), "m")
+	os.Mkdir(mp, 0o755)
+	exited := make(chan struct{})
+	close(exited)
+	if err := Wait(t.Context(), mp, 5*time.Second, exited); err == nil || !strings.Contains(err.Error(), "exited") {
+		t.Errorf("Wait with the server gone: %v", err)
+	}
+	if err := Wait(t.Context(), mp, 20*time.Millisecond, nil); err == nil {
+		t.Error("Wait with nothing mounted returned no error")
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		unix.Mount("tmpfs", mp, "tmpfs", 0, "size=1m")
+	}()
+	t.Cleanup(func() { unix.Unmount(mp, unix.MNT_DETACH) })
+	if err := Wait(t.Context(), mp, 10*time.Second, nil); err != nil {
+		t.Fatalf("Wait for a tmpfs: %v", err)
+	}
+	if m, ok := Of(filepath.Join(mp, "deeper", "path")); !ok || m.Point != mp || m.FSType != "tmpfs" {
+		t.Errorf("Of below the tmpfs: %+v, %v", m, ok)
 	}
 }
