@@ -187,6 +187,15 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 	if err != nil {
 		return nil, nil, err
 	}
+	// Before 2026-12-01 a workspace mount had a store of its own under
+	// HOME/ws, remembered in HOME/mounts.json; mounts are views of trees
+	// now, and that state is not carried over (it stays on disk).
+	for _, old := range []string{"ws", "mounts.json"} {
+		if _, err := os.Stat(filepath.Join(home, old)); err == nil {
+			log.Warn("workspace state from before mounts were views of trees is not carried over: mount those bases again; remove it when done",
+				"path", filepath.Join(home, old))
+		}
+	}
 	r = &router{}
 	eng, err := engine.New(engine.Config{
 		Home: home, // trees.db and trees/<id>/
