@@ -30,7 +30,9 @@
 //     branches at once.
 //   - commit: a commit intent {child, parent} is written first; then
 //     Files.Commit (the commit point: it applies the child and drops its
-//     branch atomically); then the plan, clearing the intent. On open, an
+//     branch atomically); then the plan, clearing the intent (not synced:
+//     the intent, synced before Files.Commit, finishes a plan that a power
+//     loss took). On open, an
 //     intent whose child branch is gone is a commit that happened and is
 //     finished (the parent's generation goes up, the siblings go stale); an
 //     intent whose child branch is still there is dropped.

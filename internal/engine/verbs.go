@@ -691,9 +691,8 @@ func (e *Engine) commit(ctx context.Context, ts *treeState, req api.Request) (ap
 		}
 		return api.Response{}, fmt.Errorf("%s %s: committed, but the metadata was not saved (reconciled at the next open): %w", op, req.NodeID, err)
 	}
-	if err := e.meta.sync(); err != nil {
-		e.log.Warn("sync after commit", "tree", ts.id, "err", err)
-	}
+	// The plan is not synced: the intent, synced before the files
+	// committed, finishes it at the next open if a power loss takes it.
 	e.measure(ts)
 	e.emit(ts, "commit", req.NodeID)
 	for _, s := range p.Stale {

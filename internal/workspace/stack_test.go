@@ -18,7 +18,7 @@ type stack struct {
 }
 
 // openStack opens the engine of home over a new Manager.
-func openStack(t *testing.T, home string) *stack {
+func openStack(t testing.TB, home string) *stack {
 	t.Helper()
 	m, err := workspace.New(workspace.Config{Home: home})
 	if err != nil {
