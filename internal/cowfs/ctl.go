@@ -191,7 +191,7 @@ func ctlErrno(err error) syscall.Errno {
 		return syscall.EINVAL
 	case errors.Is(err, api.ErrNoSpace):
 		return syscall.ENOSPC
-	case errors.Is(err, api.ErrUnavailable):
+	case errors.Is(err, api.ErrUnavailable), errors.Is(err, api.ErrNotSupported):
 		return syscall.EOPNOTSUPP
 	}
 	return syscall.EIO
