@@ -33,6 +33,9 @@ type Config struct {
 	Home string
 	// OpenFiles opens a tree's files layer. Required.
 	OpenFiles OpenFiles
+	// Backends are the sandbox backends trees may name at tree_create, by
+	// name; nil means only BackendDir (OpenDirBackend).
+	Backends map[string]OpenBackend
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives what the engine cannot return: files reclaimed late,
@@ -58,6 +61,13 @@ type Engine struct {
 	meta *meta
 	log  *slog.Logger
 
+	// ctx is the engine's own lifetime, ended by Close: backends are
+	// opened with it and every exec's lease derives from it, so that no
+	// request's context ever becomes a resource's lifetime.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	execs  sync.WaitGroup // execs in flight; Close waits for them
+
 	life sync.Mutex
 
 	mu     sync.Mutex
@@ -76,11 +86,16 @@ type treeState struct {
 	meta    treeMeta
 	t       *tree.Tree
 	files   Files
+	backend Backend
 	seq     uint64 // the last event's sequence number
 	dropped bool   // unloaded: a verb that found this pointer before the drop must report not found
 	// broken: a verb panicked halfway, so memory may disagree with disk.
 	// The tree refuses verbs until reload replaces it with what is on disk.
 	broken bool
+
+	leaseMu sync.Mutex // guards leases; taken after mu, or alone by an exec ending
+	// leases are the execs in flight, by node id (see lease.go).
+	leases map[string]map[*lease]struct{}
 }
 
 // New opens the engine's state in cfg.Home and reloads every open tree,
@@ -102,6 +117,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.WatchBuffer <= 0 {
 		cfg.WatchBuffer = 1024
 	}
+	if cfg.Backends == nil {
+		cfg.Backends = map[string]OpenBackend{BackendDir: OpenDirBackend}
+	}
 	if err := os.MkdirAll(filepath.Join(cfg.Home, "trees"), 0o700); err != nil {
 		return nil, fmt.Errorf("engine home: %w: %v", api.ErrInternal, err)
 	}
@@ -110,10 +128,12 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, meta: m, log: cfg.Logger, trees: map[string]*treeState{}}
+	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	e.hub.init()
 	e.removeDeleted()
 	tms, err := m.trees()
 	if err != nil {
+		e.cancel(nil)
 		m.close()
 		return nil, err
 	}
@@ -121,7 +141,7 @@ func New(cfg Config) (*Engine, error) {
 		if !tm.Open {
 			continue
 		}
-		ts, err := e.load(context.Background(), tm.ID)
+		ts, err := e.load(e.ctx, tm.ID)
 		if err != nil {
 			e.log.Warn("tree not reopened", "tree", tm.ID, "err", err)
 			continue
@@ -131,8 +151,9 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Close closes every tree's files layer and the metadata store, and ends
-// every watch. Verbs in flight finish first.
+// Close ends every exec, closes every tree's backend (stopping what it
+// runs) and files layer and the metadata store, and ends every watch. Verbs
+// in flight finish first.
 func (e *Engine) Close() error {
 	defer e.bg.Wait() // a reload waiting for life finds the engine closed
 	e.life.Lock()
@@ -146,12 +167,14 @@ func (e *Engine) Close() error {
 	trees := e.trees
 	e.trees = map[string]*treeState{}
 	e.mu.Unlock()
+	e.cancel(api.Errorf(api.ErrBusy, "the engine closed")) // every exec's lease ends
+	e.execs.Wait()
 	var errs []error
 	for _, ts := range trees {
 		ts.mu.Lock()
 		ts.dropped = true
-		if err := ts.files.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close tree %s files: %w", ts.id, err))
+		if err := ts.closeLayers(); err != nil {
+			errs = append(errs, fmt.Errorf("close tree %s: %w", ts.id, err))
 		}
 		ts.mu.Unlock()
 	}
@@ -218,11 +241,11 @@ func (e *Engine) reload(ts *treeState) {
 	// ts stays broken (refusing with busy) until the new state replaces
 	// it, and for good after: a verb that found the old pointer retries.
 	ts.mu.Lock()
-	if err := ts.files.Close(); err != nil {
-		e.log.Warn("close the files of a broken tree", "tree", ts.id, "err", err)
+	if err := ts.closeLayers(); err != nil {
+		e.log.Warn("close the backend and files of a broken tree", "tree", ts.id, "err", err)
 	}
 	ts.mu.Unlock()
-	nts, err := e.load(context.Background(), ts.id)
+	nts, err := e.load(e.ctx, ts.id)
 	if err == nil {
 		ts.mu.Lock()
 		nts.seq = ts.seq // the event sequence goes on
@@ -283,6 +306,8 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 		return e.del(ctx, req)
 	case api.OpTreeWatch:
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_watch streams: the face calls Watch")
+	case api.OpTreeExec:
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_exec streams: the face calls Exec")
 	case api.OpTreeFork, api.OpTreeForkBat, api.OpTreeRollback, api.OpTreeCommit, api.OpTreeAbort,
 		api.OpTreePrune, api.OpTreeProtect, api.OpTreeUnprot, api.OpTreeSuspend, api.OpTreeResume,
 		api.OpTreeEvict, api.OpTreeNodes:
