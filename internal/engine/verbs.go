@@ -868,6 +868,7 @@ func (e *Engine) simple(ts *treeState, req api.Request) (api.Response, error) {
 		p, err = ts.t.PlanSuspend(now, req.NodeID)
 	case api.OpTreeResume:
 		kind = "resume"
+		e.measure(ts) // make room by the RAM the live nodes hold now
 		p, err = ts.t.PlanResume(now, req.NodeID)
 	}
 	if err != nil {
@@ -885,6 +886,7 @@ func (e *Engine) simple(ts *treeState, req api.Request) (api.Response, error) {
 }
 
 func (e *Engine) evict(ts *treeState) (api.Response, error) {
+	e.measure(ts) // evict by the RAM the nodes hold now
 	p := ts.t.PlanAutoEvict(e.cfg.Now())
 	if len(p.Put) > 0 {
 		if err := e.saveApply(ts, p, nil, false); err != nil {
