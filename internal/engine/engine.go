@@ -54,8 +54,8 @@ type Config struct {
 // or remove a tree). Engine.life serialises tree_create, tree_open,
 // tree_drop and tree_delete with each other, so an id is never created twice. Each
 // treeState.mu serialises every verb on that tree, its Files calls and its
-// metadata writes. Lock order: life, then a treeState.mu, then Engine.mu,
-// then hub.mu. hub.mu guards the watchers.
+// metadata writes. Lock order: life, then a treeState.mu, then its leaseMu,
+// then Engine.mu, then hub.mu. hub.mu guards the watchers.
 type Engine struct {
 	cfg  Config
 	meta *meta
