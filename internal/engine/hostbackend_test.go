@@ -38,6 +38,9 @@ type hostBackends struct {
 	// crashAt, if set, is "Method:node" (or "Method:*"): that call SIGKILLs
 	// the process once its effect is saved.
 	crashAt string
+	// ctxs are the contexts the calls that start something got, for the
+	// test that no request's context becomes a sandbox's lifetime.
+	ctxs []context.Context
 }
 
 func newHostBackends() *hostBackends {
@@ -151,6 +154,9 @@ func (b *hostBackend) Start(ctx context.Context, node, path string) error {
 	b.nodes[node] = &hostNode{state: engine.HeldLive, path: path, procs: map[*exec.Cmd]struct{}{}}
 	err := b.save()
 	b.mu.Unlock()
+	b.h.mu.Lock()
+	b.h.ctxs = append(b.h.ctxs, ctx)
+	b.h.mu.Unlock()
 	b.h.record("start %s", node)
 	b.h.crash("Start", node)
 	return err
@@ -169,6 +175,9 @@ func (b *hostBackend) Fork(ctx context.Context, source string, children []string
 	if !ok {
 		return api.Errorf(api.ErrNotFound, "host: fork %s: not held", source)
 	}
+	b.h.mu.Lock()
+	b.h.ctxs = append(b.h.ctxs, ctx)
+	b.h.mu.Unlock()
 	b.h.record("pause %s", source)
 	paths, err := files(ctx)
 	if err != nil {

@@ -177,3 +177,18 @@ func (ts *treeState) forkCost(source string) tree.Cost {
 	}
 	return cost
 }
+
+// detach returns a context with the values of a request's ctx (the
+// requester's credentials) and the engine's lifetime: what a verb opens
+// or starts with it (a files layer, a sandbox) lives until the engine
+// closes, not until the request ends.
+func (e *Engine) detach(ctx context.Context) context.Context {
+	return detached{Context: e.ctx, values: context.WithoutCancel(ctx)}
+}
+
+type detached struct {
+	context.Context                 // the engine's lifetime: Deadline, Done, Err
+	values          context.Context // the request's values, without its cancellation
+}
+
+func (d detached) Value(key any) any { return d.values.Value(key) }

@@ -443,3 +443,51 @@ func TestBackendReconcile(t *testing.T) {
 	do(t, e, api.Request{Op: api.OpTreeResume, TreeID: "h", NodeID: "n2"})
 	checkAgree(t, e, "h")
 }
+
+type ctxKey struct{}
+
+// TestRequestContextNotKept: the files layer and the sandboxes a request
+// opens or starts get the request's values (its credentials) but outlive
+// it: their context ends only when the engine closes.
+func TestRequestContextNotKept(t *testing.T) {
+	hb := newHostBackends()
+	var filesCtxs []context.Context
+	e, err := engine.New(engine.Config{Home: t.TempDir(), Backends: map[string]engine.OpenBackend{"host": hb.open},
+		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
+			filesCtxs = append(filesCtxs, ctx)
+			return openDirFiles(ctx, dir, base)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "cred"))
+	for _, r := range []api.Request{
+		{Op: api.OpTreeCreate, TreeID: "h", Base: newBase(t), Backend: "host"},
+		{Op: api.OpTreeFork, TreeID: "h", SourceID: "n1", Label: "a"},
+		{Op: api.OpTreeDrop, TreeID: "h"},
+		{Op: api.OpTreeOpen, TreeID: "h"},
+	} {
+		if _, err := e.Do(ctx, r); err != nil {
+			t.Fatalf("%s: %v", r.Op, err)
+		}
+	}
+	cancel()
+	kept := append(append([]context.Context{}, filesCtxs...), hb.ctxs...)
+	if len(filesCtxs) != 2 || len(hb.ctxs) < 3 {
+		t.Fatalf("%d files contexts, %d backend contexts: want create's and open's, and create's, fork's and open's", len(filesCtxs), len(hb.ctxs))
+	}
+	for i, c := range kept {
+		if c.Err() != nil {
+			t.Fatalf("context %d ended with its request: %v", i, c.Err())
+		}
+		if c.Value(ctxKey{}) != "cred" {
+			t.Fatalf("context %d lost the request's values", i)
+		}
+	}
+	e.Close()
+	for i, c := range kept {
+		if c.Err() == nil {
+			t.Fatalf("context %d outlived the engine", i)
+		}
+	}
+}

@@ -222,6 +222,8 @@ func (e *Engine) create(ctx context.Context, req api.Request) (api.Response, err
 	if err != nil {
 		return api.Response{}, err
 	}
+	// What the tree opens lives as long as the engine, not the request.
+	ctx = e.detach(ctx)
 	files, err := e.cfg.OpenFiles(ctx, e.treeDir(id), filepath.Clean(req.Base))
 	if err != nil {
 		return api.Response{}, fmt.Errorf("%s %s: files: %w", op, id, err)
@@ -332,7 +334,7 @@ func (e *Engine) open(ctx context.Context, req api.Request) (api.Response, error
 	e.mu.Unlock()
 	if !ok {
 		var err error
-		if ts, err = e.load(ctx, req.TreeID); err != nil {
+		if ts, err = e.load(e.detach(ctx), req.TreeID); err != nil {
 			return api.Response{}, err
 		}
 		tm := ts.meta
@@ -698,7 +700,7 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 			}
 		}
 	}
-	err = ts.backend.Fork(ctx, source, p.Created, func(ctx context.Context) ([]string, error) {
+	err = ts.backend.Fork(e.detach(ctx), source, p.Created, func(ctx context.Context) ([]string, error) {
 		if err := ts.files.Fork(ctx, ts.branch(source), p.Created); err != nil {
 			return nil, fmt.Errorf("files: %w", err)
 		}
