@@ -129,6 +129,17 @@ func (b *hostBackend) save() error {
 	return os.Rename(tmp, filepath.Join(b.dir, "state.json"))
 }
 
+// signal sends sig to every process of node (SIGSTOP, SIGCONT: its pause).
+func (b *hostBackend) signal(node string, sig syscall.Signal) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n, ok := b.nodes[node]; ok {
+		for c := range n.procs {
+			syscall.Kill(-c.Process.Pid, sig)
+		}
+	}
+}
+
 // kill ends every process of n; b.mu is held.
 func (n *hostNode) kill() {
 	for c := range n.procs {
@@ -178,7 +189,9 @@ func (b *hostBackend) Fork(ctx context.Context, source string, children []string
 	b.h.mu.Lock()
 	b.h.ctxs = append(b.h.ctxs, ctx)
 	b.h.mu.Unlock()
+	b.signal(source, syscall.SIGSTOP)
 	b.h.record("pause %s", source)
+	defer b.signal(source, syscall.SIGCONT)
 	paths, err := files(ctx)
 	if err != nil {
 		b.h.record("resume-after-fork %s", source)

@@ -62,6 +62,7 @@ func Run(t *testing.T, open engine.OpenBackend) {
 		{"StopKillsExec", true, testStopKills},
 		{"SuspendKillsExec", true, testSuspendKills},
 		{"ExecState", true, testExecState},
+		{"ForkPausesSource", true, testForkPauses},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := &env{t: t, ctx: t.Context(), dir: t.TempDir(), base: t.TempDir(), files: t.TempDir(), open: open}
@@ -486,4 +487,52 @@ func testExecState(e *env) {
 	wantIs(e.t, err, api.ErrState, "exec on a suspended node")
 	_, _, err = e.exec("n9", engine.Command{Argv: []string{"true"}})
 	wantIs(e.t, err, api.ErrNotFound, "exec on a node the backend does not hold")
+}
+
+// testForkPauses: the source's processes are paused while the files fork
+// (nothing they write can slip between the files' fork and the children's
+// start) and run again after the fork.
+func testForkPauses(e *env) {
+	e.start("n1")
+	tick := filepath.Join(e.path("n1"), "tick")
+	size := func() int64 {
+		st, err := os.Stat(tick)
+		if err != nil {
+			return 0
+		}
+		return st.Size()
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.b.Exec(ctx, "n1", engine.Command{Argv: []string{"sh", "-c", "while :; do echo x >> tick; sleep 0.005; done"}},
+			func(api.ExecOutput) error { return nil })
+		done <- err
+	}()
+	defer func() { cancel(); <-done }()
+	grows := func(what string) {
+		e.t.Helper()
+		from := size()
+		for deadline := time.Now().Add(Slow); size() == from; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				e.t.Fatalf("%s: the source's command does not run", what)
+			}
+		}
+	}
+	grows("before the fork")
+	var during [2]int64
+	files := func(context.Context) ([]string, error) {
+		time.Sleep(50 * time.Millisecond) // what was in flight when the pause began lands
+		during[0] = size()
+		time.Sleep(200 * time.Millisecond)
+		during[1] = size()
+		return []string{e.path("n2")}, nil
+	}
+	if err := e.b.Fork(e.ctx, "n1", []string{"n2"}, files); err != nil {
+		e.t.Fatalf("fork: %v", err)
+	}
+	if during[0] != during[1] {
+		e.t.Fatalf("the source wrote while its files forked (%d bytes, then %d): it was not paused", during[0], during[1])
+	}
+	grows("after the fork")
 }
