@@ -35,9 +35,11 @@
 //     whatever the backend held for that id), then the metadata. A crash
 //     in between leaves a sandbox of no tree; the next create of the id
 //     stops it.
-//   - fork, fork_batch, rollback: Backend.Fork, inside which the source
-//     is paused, Files.Fork runs, the children's sandboxes start and the
-//     source resumes; then the metadata transaction (the commit point). A
+//   - fork, fork_batch, rollback: the nodes the fork evicts are suspended
+//     (as for suspend, below), so that what they free is free for the
+//     children; then Backend.Fork, inside which the source is paused,
+//     Files.Fork runs, the children's sandboxes start and the source
+//     resumes; then the metadata transaction (the commit point). A
 //     crash in between leaves orphan branches and sandboxes, which
 //     reconcile aborts and stops; a failed step or transaction unwinds
 //     them at once (children stopped, branches aborted).

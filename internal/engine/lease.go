@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -129,6 +130,10 @@ func (e *Engine) Exec(ctx context.Context, req api.Request, out func(api.ExecOut
 	const op = api.OpTreeExec
 	start := time.Now()
 	defer func() {
+		if r := recover(); r != nil {
+			e.log.Error("engine panic", "op", op, "panic", r, "stack", string(debug.Stack()))
+			exit, err = api.ExecExit{}, api.Errorf(api.ErrInternal, "%s: internal error", op)
+		}
 		if err != nil && !isAPI(err) {
 			err = fmt.Errorf("%s: %w: %w", op, api.ErrInternal, err)
 		}

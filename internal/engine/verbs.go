@@ -82,14 +82,37 @@ func (e *Engine) emit(ts *treeState, kind, node string) {
 }
 
 // save writes p (and the tree's next id) in one transaction, then applies
-// it to the in-memory tree.
-//
-// Before the save (the commit point), a node the plan suspends (by name or
-// by eviction) has its execs ended, its sandbox suspended and its files
-// made unwritable, in that order; one it makes live again has its files
-// made writable and its sandbox resumed. A failed step, or a failed save,
-// undoes the steps before it in reverse order.
-func (e *Engine) saveApply(ts *treeState, p *tree.Plan, intent *commitIntent, clearIntent bool) (err error) {
+// it to the in-memory tree, after the plan's sandbox and files effects
+// (stateEffects); a failed save undoes them.
+func (e *Engine) saveApply(ts *treeState, p *tree.Plan, intent *commitIntent, clearIntent bool) error {
+	undo, err := e.stateEffects(ts, p)
+	if err != nil {
+		return err
+	}
+	return e.save(ts, p, intent, clearIntent, undo)
+}
+
+// save is saveApply after the effects: undo undoes them if the save fails.
+func (e *Engine) save(ts *treeState, p *tree.Plan, intent *commitIntent, clearIntent bool, undo func() error) error {
+	tm := ts.meta
+	tm.NextID = p.NextID
+	if err := e.meta.save(tm, p, intent, clearIntent); err != nil {
+		if uerr := undo(); uerr != nil {
+			return fmt.Errorf("%w; undoing it: %w", err, uerr)
+		}
+		return err
+	}
+	ts.meta = tm
+	return ts.t.Apply(p)
+}
+
+// stateEffects performs what p's state changes need before its save (the
+// commit point): a node the plan suspends (by name or by eviction) has its
+// execs ended, its sandbox suspended and its files made unwritable, in that
+// order; one it makes live again has its files made writable and its
+// sandbox resumed. A failed step undoes the steps before it, in reverse
+// order; on success the returned undo does that for a later failure.
+func (e *Engine) stateEffects(ts *treeState, p *tree.Plan) (undo func() error, err error) {
 	var freeze, thaw []string
 	for _, n := range p.Put {
 		old, ok := ts.t.Node(n.ID)
@@ -101,13 +124,17 @@ func (e *Engine) saveApply(ts *treeState, p *tree.Plan, intent *commitIntent, cl
 		}
 	}
 	ctx := e.ctx
-	var undo []func() error
-	defer func() {
-		if err == nil {
-			return
+	var steps []func() error
+	undo = func() error {
+		var errs []error
+		for i := len(steps) - 1; i >= 0; i-- {
+			errs = append(errs, steps[i]())
 		}
-		for i := len(undo) - 1; i >= 0; i-- {
-			if uerr := undo[i](); uerr != nil {
+		return errors.Join(errs...)
+	}
+	defer func() {
+		if err != nil {
+			if uerr := undo(); uerr != nil {
 				err = fmt.Errorf("%w; undoing it: %w", err, uerr)
 			}
 		}
@@ -117,32 +144,25 @@ func (e *Engine) saveApply(ts *treeState, p *tree.Plan, intent *commitIntent, cl
 	}
 	for _, id := range freeze {
 		if err := ts.backend.Suspend(ctx, id); err != nil {
-			return fmt.Errorf("node %s: suspend its sandbox: %w", id, err)
+			return nil, fmt.Errorf("node %s: suspend its sandbox: %w", id, err)
 		}
-		undo = append(undo, func() error { return e.resumeSandbox(ctx, ts, id) })
+		steps = append(steps, func() error { return e.resumeSandbox(ctx, ts, id) })
 	}
 	if err := e.setWritable(ts, freeze, false); err != nil {
-		return err
+		return nil, err
 	}
-	undo = append(undo, func() error { return e.setWritable(ts, freeze, true) })
+	steps = append(steps, func() error { return e.setWritable(ts, freeze, true) })
 	if err := e.setWritable(ts, thaw, true); err != nil {
-		return err
+		return nil, err
 	}
-	undo = append(undo, func() error { return e.setWritable(ts, thaw, false) })
+	steps = append(steps, func() error { return e.setWritable(ts, thaw, false) })
 	for _, id := range thaw {
 		if err := e.resumeSandbox(ctx, ts, id); err != nil {
-			return err
+			return nil, err
 		}
-		undo = append(undo, func() error { return ts.backend.Suspend(ctx, id) })
+		steps = append(steps, func() error { return ts.backend.Suspend(ctx, id) })
 	}
-	tm := ts.meta
-	tm.NextID = p.NextID
-	if err := e.meta.save(tm, p, intent, clearIntent); err != nil {
-		return err
-	}
-	undo = nil // the commit point
-	ts.meta = tm
-	return ts.t.Apply(p)
+	return undo, nil
 }
 
 // resumeSandbox resumes node id's sandbox over its files.
@@ -681,9 +701,14 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 	if err != nil {
 		return api.Response{}, err
 	}
-	// Files and sandboxes first, the files' fork inside the source's
-	// pause: a crash after it leaves orphan branches and sandboxes, which
-	// reconcile aborts and stops.
+	// The nodes the fork evicts are suspended first, so that the RAM they
+	// free is free when the children start. Then files and sandboxes, the
+	// files' fork inside the source's pause: a crash after it leaves
+	// orphan branches and sandboxes, which reconcile aborts and stops.
+	undo, err := e.stateEffects(ts, p)
+	if err != nil {
+		return api.Response{}, fmt.Errorf("%s %s: evict: %w", op, source, err)
+	}
 	forked := false
 	unwind := func() {
 		for _, c := range p.Created {
@@ -716,10 +741,13 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 	})
 	if err != nil {
 		unwind()
+		if uerr := undo(); uerr != nil {
+			err = fmt.Errorf("%w; undoing the eviction: %w", err, uerr)
+		}
 		return api.Response{}, fmt.Errorf("%s %s: %w", op, source, err)
 	}
 	ready := time.Since(start)
-	if err := e.saveApply(ts, p, nil, false); err != nil {
+	if err := e.save(ts, p, nil, false, undo); err != nil {
 		unwind()
 		return api.Response{}, err
 	}
