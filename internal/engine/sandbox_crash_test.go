@@ -1,15 +1,18 @@
 package engine_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
@@ -158,5 +161,86 @@ func TestSandboxCrash(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+const sandboxLoopSeed = "ARBOR_ENGINE_SANDBOX_LOOP_SEED"
+
+// TestSandboxLoopHelper is the subprocess of TestSandboxCrashRandom: random
+// verbs on tree "c" of the host double, with random RAM, until killed.
+func TestSandboxLoopHelper(t *testing.T) {
+	home := os.Getenv(sandboxCrashHome)
+	if home == "" || os.Getenv(sandboxLoopSeed) == "" {
+		t.Skip("the subprocess of TestSandboxCrashRandom")
+	}
+	var seed uint64
+	fmt.Sscan(os.Getenv(sandboxLoopSeed), &seed)
+	r := rand.New(rand.NewPCG(seed, 11))
+	hb := newHostBackends()
+	e, err := engine.New(engine.Config{Home: home, OpenFiles: openDirFiles, Backends: map[string]engine.OpenBackend{"host": hb.open}})
+	if err != nil {
+		fmt.Println("fatal", err)
+		os.Exit(2)
+	}
+	ctx := context.Background()
+	if _, err := e.Do(ctx, api.Request{Op: api.OpTreeNodes, TreeID: "c"}); err != nil {
+		if _, err := e.Do(ctx, api.Request{Op: api.OpTreeCreate, TreeID: "c", Base: os.Getenv(sandboxCrashBase), Backend: "host",
+			Budget: &api.Budget{MaxLiveNodes: 6, MaxLiveRAMBytes: 1000}}); err != nil {
+			fmt.Println("fatal", err)
+			os.Exit(2)
+		}
+	}
+	fmt.Println("ready")
+	for {
+		nodes, err := e.Do(ctx, api.Request{Op: api.OpTreeNodes, TreeID: "c"})
+		if err != nil {
+			fmt.Println("fatal", err)
+			os.Exit(2)
+		}
+		pick := nodes.Nodes[r.IntN(len(nodes.Nodes))].ID
+		hb.setRAM(pick, int64(r.IntN(400)))
+		ops := []string{api.OpTreeFork, api.OpTreeForkBat, api.OpTreeCommit, api.OpTreeAbort, api.OpTreePrune,
+			api.OpTreeSuspend, api.OpTreeResume, api.OpTreeEvict, api.OpTreeProtect, api.OpTreeUnprot}
+		op := ops[r.IntN(len(ops))]
+		e.Do(ctx, api.Request{Op: op, TreeID: "c", NodeID: pick, SourceID: pick, Label: "x", Labels: []string{"a", "b"}})
+	}
+}
+
+// TestSandboxCrashRandom SIGKILLs a process running random verbs on a tree
+// of the host double at random moments, several times; after each kill the
+// reopened tree is consistent and agrees with its backend.
+func TestSandboxCrashRandom(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	home, base := t.TempDir(), newBase(t)
+	for round := range 6 {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSandboxLoopHelper$", "-test.v=false")
+		cmd.Env = append(os.Environ(), sandboxCrashHome+"="+home, sandboxCrashBase+"="+base, fmt.Sprintf("%s=%d", sandboxLoopSeed, round+1))
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		if line != "ready\n" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("round %d: helper said %q", round, line)
+		}
+		time.Sleep(time.Duration(50+rand.IntN(300)) * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		if ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() {
+			t.Fatalf("round %d: the helper ended before it was killed: %v", round, cmd.ProcessState)
+		}
+		e := newHostEngine(t, home, newHostBackends())
+		checkAgree(t, e, "c")
+		n := do(t, e, api.Request{Op: api.OpTreeNodes, TreeID: "c"})
+		t.Logf("round %d: %d nodes, %d live", round, n.Usage.TotalNodes, n.Usage.LiveNodes)
+		e.Close()
 	}
 }
