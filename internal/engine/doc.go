@@ -117,10 +117,12 @@
 // the daemon go on. A tree that fails to reload is left closed; tree_open
 // retries it.
 //
-// tree_drop forgets a tree (closes its files layer, ends its watchers) but
-// keeps it on disk, marked closed; tree_open loads it again (idempotent on a
-// loaded tree). A dropped tree's id stays taken. tree_delete removes a tree
-// for good, loaded or dropped: it closes its files layer, renames its
+// tree_drop forgets a tree (ends its execs, closes its backend, which stops
+// what its nodes run, and its files layer, ends its watchers) but keeps it
+// on disk, marked closed; tree_open loads it again (idempotent on a loaded
+// tree; its live nodes come back by the backend's Lost rule). A dropped
+// tree's id stays taken. tree_delete removes a tree for good, loaded or
+// dropped: it closes its backend and files layer, renames its
 // directory aside, deletes its metadata in one transaction (the id is free
 // from then on) and removes the directory; New removes what a crash left
 // aside. The base directory is never touched.
