@@ -44,6 +44,14 @@ type Backend interface {
 	// Resume makes suspended node live again over its files at path. A
 	// node the backend holds nothing for is started afresh, as by Start.
 	Resume(ctx context.Context, node, path string) error
+	// Commit makes what the backend keeps of child besides its files (a
+	// jail's /tmp, a VM's memory) its parent's. The engine calls it with
+	// child suspended, after the files committed (the commit point), and
+	// again at the next open if a crash came before the commit's metadata
+	// was saved: it must be idempotent. The engine stops child after it;
+	// the backend may hold child no more by then. A backend that keeps
+	// nothing besides the files does nothing.
+	Commit(ctx context.Context, child, parent string) error
 	// Stop ends node for good: everything it runs is killed (every
 	// descendant process) and its state dropped. Idempotent: stopping a
 	// node the backend does not hold succeeds.

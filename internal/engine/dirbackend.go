@@ -83,6 +83,9 @@ func (d *dirBackend) Resume(ctx context.Context, node, path string) error {
 	return nil
 }
 
+// Commit has nothing to carry: a dir node is its files.
+func (d *dirBackend) Commit(ctx context.Context, child, parent string) error { return nil }
+
 func (d *dirBackend) Stop(ctx context.Context, node string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

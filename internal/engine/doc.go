@@ -47,12 +47,16 @@
 //     nothing writes its files while they are applied; resumed again if
 //     the commit fails); a commit intent {child, parent} is written; then
 //     Files.Commit (the commit point: it applies the child and drops its
-//     branch atomically); then the plan, clearing the intent; then the
-//     child's sandbox and those of the nodes gone stale are stopped (a
-//     failure is logged: reconcile stops them). On open, an intent whose
-//     child branch is gone is a commit that happened and is finished (the
-//     parent's generation goes up, the siblings go stale); an intent whose
-//     child branch is still there is dropped. A crash after the suspend
+//     branch atomically); then Backend.Commit carries the rest of the
+//     child's state (a jail's /tmp, a VM's memory) into the parent; then
+//     the plan, clearing the intent; then the child's sandbox and those of
+//     the nodes gone stale are stopped (a failure is logged: reconcile
+//     stops them). On open, an intent whose child branch is gone is a
+//     commit that happened and is finished (Backend.Commit again, which is
+//     idempotent; the parent's generation goes up, the siblings go stale);
+//     an intent whose child branch is still there is dropped. A failed
+//     Backend.Commit fails the verb but leaves the intent, so the next
+//     open finishes it. A crash after the suspend
 //     and before Files.Commit leaves a live child whose sandbox is
 //     suspended: reconcile resumes it.
 //   - abort, prune: the subtree's execs end and its sandboxes are stopped,
@@ -168,8 +172,7 @@
 // intent finishes it at the next open.
 //
 // A backend that fails to report RAM leaves the last figures standing
-// (logged). The seam does not yet say what a commit does to the parent's
-// sandbox: the parent keeps running over its (now changed) files, and the
-// child's sandbox is stopped. The vm backend, where a commit makes the
-// child's memory the parent's, will need a Backend call for it.
+// (logged). A commit leaves the parent's sandbox to the backend: the dir
+// and jail parents keep running over their (now changed) files, while a
+// vm backend's Commit may make the child's machine the parent's.
 package engine

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,6 +41,7 @@ var sandboxCrashPoints = []struct {
 	{"abort: a leaf stopped, its parent not yet", "Stop:n4", api.Request{Op: api.OpTreeAbort, NodeID: "n2"}},
 	{"prune: the subtree stopped, before the metadata", "Stop:n2", api.Request{Op: api.OpTreePrune, NodeID: "n2"}},
 	{"commit: child suspended, before the intent", "Suspend:n4", api.Request{Op: api.OpTreeCommit, NodeID: "n4"}},
+	{"commit: files committed, the backend carried the child's state, before the metadata", "Commit:n4", api.Request{Op: api.OpTreeCommit, NodeID: "n4"}},
 	{"commit: committed, child stopped, stale sibling not yet", "Stop:n4", api.Request{Op: api.OpTreeCommit, NodeID: "n4"}},
 	{"commit: committed, stale sibling stopped", "Stop:n5", api.Request{Op: api.OpTreeCommit, NodeID: "n4"}},
 }
@@ -129,6 +131,7 @@ func TestSandboxCrash(t *testing.T) {
 				checkAgree(t, e, "c")
 				return
 			}
+			reconciled := hb.calls()
 			checkAgree(t, e, "c")
 			nodes := nodeMap(do(t, e, api.Request{Op: api.OpTreeNodes, TreeID: "c"}))
 			state := func(id string) string { return nodes[id].State }
@@ -149,7 +152,10 @@ func TestSandboxCrash(t *testing.T) {
 				if state("n2") != api.StateLive || state("n4") != api.StateLive {
 					t.Fatalf("n2 %q, n4 %q: the removal never reached its commit point; its live nodes are restarted", state("n2"), state("n4"))
 				}
-			case "Stop:n4 " + api.OpTreeCommit, "Stop:n5 " + api.OpTreeCommit:
+			case "Stop:n4 " + api.OpTreeCommit, "Stop:n5 " + api.OpTreeCommit, "Commit:n4 " + api.OpTreeCommit:
+				if pt.at == "Commit:n4" && !slices.Contains(reconciled, "commit n4 into n2") {
+					t.Fatalf("reopen after a commit cut short: backend calls %v, want the backend's commit again", reconciled)
+				}
 				if _, ok := nodes["n4"]; ok {
 					t.Fatal("a commit past its commit point left its child")
 				}

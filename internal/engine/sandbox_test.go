@@ -314,8 +314,8 @@ func TestRAMEvict(t *testing.T) {
 // TestStopOrders: the order of the backend's calls in each verb (doc.go,
 // the crash table): a fork's files fork inside the source's pause; abort
 // stops leaves first, while their files are still there; commit suspends
-// the child first and stops it (and the nodes gone stale) after its files
-// were committed.
+// the child first, has the backend carry its state after its files were
+// committed, and stops it (and the nodes gone stale) after that.
 func TestStopOrders(t *testing.T) {
 	e, hb, _ := hostTree(t, nil)
 	hb.calls()
@@ -340,7 +340,7 @@ func TestStopOrders(t *testing.T) {
 		t.Fatalf("a refused commit, then prune: %v, want %v", got, want)
 	}
 	do(t, e, api.Request{Op: api.OpTreeCommit, TreeID: "h", NodeID: "n2"})
-	if got, want := hb.calls(), []string{"suspend n2", "stop n2 files=no", "stop n3 files=yes"}; !slices.Equal(got, want) {
+	if got, want := hb.calls(), []string{"suspend n2", "commit n2 into n1", "stop n2 files=no", "stop n3 files=yes"}; !slices.Equal(got, want) {
 		t.Fatalf("commit: %v, want %v (n3 went stale)", got, want)
 	}
 	do(t, e, api.Request{Op: api.OpTreeSuspend, TreeID: "h", NodeID: "n1"})

@@ -536,6 +536,9 @@ func (e *Engine) reconcile(ctx context.Context, ts *treeState, intent *commitInt
 	if intent != nil {
 		if _, ok := ts.t.Node(intent.Child); ok && !have[ts.branch(intent.Child)] {
 			if p, err := ts.t.PlanCommit(now, intent.Child); err == nil {
+				if err := ts.backend.Commit(ctx, intent.Child, intent.Parent); err != nil {
+					return fmt.Errorf("finish the commit of %s: the backend: %w", intent.Child, err)
+				}
 				if err := ts.t.Apply(p); err != nil {
 					return err
 				}
@@ -814,6 +817,14 @@ func (e *Engine) commit(ctx context.Context, ts *treeState, req api.Request) (_ 
 	}
 	if p2, err := ts.t.PlanCommit(now, req.NodeID, extra...); err == nil {
 		p = p2
+	}
+	if err := ts.backend.Commit(context.WithoutCancel(ctx), req.NodeID, p.Parent); err != nil {
+		// Past the commit point: the intent stays, and the next open
+		// carries the rest of the child's state. Memory follows the files.
+		if aerr := ts.t.Apply(p); aerr != nil {
+			e.log.Error("apply commit", "tree", ts.id, "err", aerr)
+		}
+		return api.Response{}, fmt.Errorf("%s %s: committed its files, but the backend did not carry the rest of its state (retried at the next open): %w", op, req.NodeID, err)
 	}
 	if err := e.saveApply(ts, p, nil, true); err != nil {
 		// The files committed (the commit point); the intent makes the next

@@ -52,6 +52,7 @@ func Run(t *testing.T, open engine.OpenBackend) {
 		{"ForkSuspended", false, testForkSuspended},
 		{"SuspendResume", false, testSuspendResume},
 		{"RAM", false, testRAM},
+		{"Commit", false, testCommit},
 		{"CloseStopsAll", false, testClose},
 		{"NoExec", false, testNoExec},
 		{"ExecOutput", true, testExecOutput},
@@ -535,4 +536,26 @@ func testForkPauses(e *env) {
 		e.t.Fatalf("the source wrote while its files forked (%d bytes, then %d): it was not paused", during[0], during[1])
 	}
 	grows("after the fork")
+}
+
+// testCommit: Commit of a suspended child into its parent succeeds, twice
+// (idempotent), and the child can be stopped after it.
+func testCommit(e *env) {
+	e.start("n1")
+	calls := 0
+	if err := e.b.Fork(e.ctx, "n1", []string{"n2"}, e.filesFor([]string{"n2"}, &calls)); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.b.Suspend(e.ctx, "n2"); err != nil {
+		e.t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := e.b.Commit(e.ctx, "n2", "n1"); err != nil {
+			e.t.Fatalf("commit #%d: %v", i+1, err)
+		}
+	}
+	if err := e.b.Stop(e.ctx, "n2"); err != nil {
+		e.t.Fatal(err)
+	}
+	e.wantHeld("n1:live")
 }
