@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
@@ -120,10 +121,15 @@ type Command struct {
 	Argv []string
 	Env  []string // KEY=VALUE
 	// Cwd is the working directory, relative to the node's files (the
-	// backend maps it: /workspace in a jail); "" means their top.
+	// backend maps it, /workspace/Cwd in a jail, and keeps it inside the
+	// node); "" means their top.
 	Cwd string
 	// Timeout ends the command with SIGKILL; 0 means none.
 	Timeout time.Duration
+	// Stdin is the command's standard input; nil means an empty one. The
+	// engine gives none yet (tree_exec has no input on the wire); a face
+	// that forwards input will.
+	Stdin io.Reader
 }
 
 // HeldNode is one node a backend holds.

@@ -292,6 +292,7 @@ func (b *hostBackend) Exec(ctx context.Context, node string, cmd engine.Command,
 	c.Dir = filepath.Join(n.path, cmd.Cwd)
 	c.Env = append(os.Environ(), cmd.Env...)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.Stdin = cmd.Stdin
 	stdout, err := c.StdoutPipe()
 	if err != nil {
 		b.mu.Unlock()

@@ -382,6 +382,14 @@ func testExecEnv(e *env) {
 	if got, want := o.get("stdout"), "x1\nmine\nsub\nbase"; got != want {
 		e.t.Fatalf("stdout %q, want %q", got, want)
 	}
+	// Stdin reaches the command; none is an empty one.
+	x, o, err = e.exec("n1", engine.Command{Argv: []string{"sh", "-c", "cat; echo done"}, Stdin: strings.NewReader("in\n")})
+	if err != nil || x.ExitCode != 0 || o.get("stdout") != "in\ndone\n" {
+		e.t.Fatalf("exec with stdin: %+v %v, stdout %q", x, err, o.get("stdout"))
+	}
+	if _, o, err = e.exec("n1", engine.Command{Argv: []string{"cat"}}); err != nil || o.get("stdout") != "" {
+		e.t.Fatalf("exec without stdin: %v, stdout %q", err, o.get("stdout"))
+	}
 	// What the command writes is in the node's files.
 	b, err := os.ReadFile(filepath.Join(e.path("n1"), "made.txt"))
 	if err != nil || string(b) != "new\n" {
