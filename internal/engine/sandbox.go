@@ -122,12 +122,8 @@ func (e *Engine) reconcileBackend(ctx context.Context, ts *treeState) error {
 				return fmt.Errorf("suspend the sandbox of suspended node %s: %w", h.ID, err)
 			}
 		case n.State == tree.Live && h.State == HeldSuspended:
-			p, err := ts.filesPath(h.ID)
-			if err != nil {
+			if err := e.resumeSandbox(ctx, ts, h.ID); err != nil {
 				return err
-			}
-			if err := ts.backend.Resume(ctx, h.ID, p); err != nil {
-				return fmt.Errorf("resume the sandbox of live node %s: %w", h.ID, err)
 			}
 		}
 	}
