@@ -79,14 +79,26 @@ type Backend interface {
 	Close() error
 }
 
-// OpenBackend opens one tree's backend. dir is the backend's private
-// directory (under the tree's; created by the engine), base the tree's base
-// directory. ctx is the engine's lifetime, not a request's: it ends when the
-// engine closes, and the backend may bind what it runs to it. OpenBackend
-// finishes or undoes what a crash cut short inside the backend (a source
-// left paused by a fork is resumed); what the tree and the backend disagree
-// about is the engine's reconcile (see doc.go).
-type OpenBackend func(ctx context.Context, dir, base string) (Backend, error)
+// OpenBackend opens one tree's backend. ctx is the engine's lifetime, not a
+// request's: it ends when the engine closes, and the backend may bind what
+// it runs to it. OpenBackend finishes or undoes what a crash cut short
+// inside the backend (a source left paused by a fork is resumed); what the
+// tree and the backend disagree about is the engine's reconcile (see
+// doc.go).
+type OpenBackend func(ctx context.Context, cfg BackendConfig) (Backend, error)
+
+// BackendConfig is what a backend is opened with, the same at every open of
+// its tree. A backend's own per-tree options (a jail's image) belong here,
+// recorded with the tree at tree_create.
+type BackendConfig struct {
+	// Tree is the tree's id (for names: cgroups, hostnames).
+	Tree string
+	// Dir is the backend's private directory, under the tree's (the
+	// engine makes it); what the backend keeps on disk goes there.
+	Dir string
+	// Base is the tree's base directory.
+	Base string
+}
 
 // Caps is what a backend serves.
 type Caps struct {

@@ -14,7 +14,7 @@ import (
 // stop, suspend and resume are bookkeeping, every node holds no RAM, and
 // Exec is api.ErrNotSupported. It keeps nothing on disk: after a restart it
 // holds no node, and reconcile starts the live ones again (LostRestart).
-func OpenDirBackend(ctx context.Context, dir, base string) (Backend, error) {
+func OpenDirBackend(ctx context.Context, cfg BackendConfig) (Backend, error) {
 	return &dirBackend{nodes: map[string]HeldState{}}, nil
 }
 

@@ -80,9 +80,9 @@ func (h *hostBackends) crash(method, node string) {
 	}
 }
 
-func (h *hostBackends) open(ctx context.Context, dir, base string) (engine.Backend, error) {
-	b := &hostBackend{h: h, dir: dir, nodes: map[string]*hostNode{}}
-	buf, err := os.ReadFile(filepath.Join(dir, "state.json"))
+func (h *hostBackends) open(ctx context.Context, cfg engine.BackendConfig) (engine.Backend, error) {
+	b := &hostBackend{h: h, dir: cfg.Dir, nodes: map[string]*hostNode{}}
+	buf, err := os.ReadFile(filepath.Join(cfg.Dir, "state.json"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}

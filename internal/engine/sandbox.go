@@ -40,7 +40,7 @@ func (e *Engine) openBackend(id, name, base string) (Backend, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("tree %s: backend directory: %w: %w", id, api.ErrInternal, err)
 	}
-	b, err := open(e.ctx, dir, base)
+	b, err := open(e.ctx, BackendConfig{Tree: id, Dir: dir, Base: base})
 	if err != nil {
 		return nil, fmt.Errorf("tree %s: backend %s: %w", id, name, err)
 	}

@@ -89,7 +89,7 @@ func (e *env) reopen(old engine.Backend) engine.Backend {
 			e.t.Fatalf("close: %v", err)
 		}
 	}
-	b, err := e.open(e.ctx, e.dir, e.base)
+	b, err := e.open(e.ctx, engine.BackendConfig{Tree: "t", Dir: e.dir, Base: e.base})
 	if err != nil {
 		e.t.Fatalf("open: %v", err)
 	}
