@@ -27,6 +27,10 @@ const (
 	// fusermount3); the message says what, arbor doctor how to fix it.
 	CodeUnavailable = "unavailable"
 	CodeInternal    = "internal"
+
+	// CodeNotSupported: the tree's backend does not serve the verb (exec
+	// on a dir tree); the message names a backend that would.
+	CodeNotSupported = "not_supported"
 )
 
 // Sentinel errors. Errors returned by the engine wrap one of these; the faces
@@ -47,6 +51,8 @@ var (
 	ErrForbidden   = errors.New("forbidden")
 	ErrUnavailable = errors.New("unavailable on this host")
 	ErrInternal    = errors.New("internal error")
+
+	ErrNotSupported = errors.New("not supported by this backend")
 )
 
 var codes = []struct {
@@ -57,6 +63,7 @@ var codes = []struct {
 	{CodeStale, ErrStale}, {CodeBudget, ErrBudget}, {CodeProtected, ErrProtected},
 	{CodeState, ErrState}, {CodeBusy, ErrBusy}, {CodeNoSpace, ErrNoSpace},
 	{CodeLimit, ErrLimit}, {CodeAuth, ErrAuth}, {CodeForbidden, ErrForbidden}, {CodeUnavailable, ErrUnavailable}, {CodeInternal, ErrInternal},
+	{CodeNotSupported, ErrNotSupported},
 }
 
 // Codes lists every wire code, in the error table's order. Tables derived
@@ -186,6 +193,13 @@ type Request struct {
 	Backend  string   `json:"backend,omitempty"`
 	Budget   *Budget  `json:"budget,omitempty"`
 
+	// tree_exec: the command, its environment (KEY=VALUE), its working
+	// directory inside the node and its timeout (0: none).
+	Argv      []string `json:"argv,omitempty"`
+	Env       []string `json:"env,omitempty"`
+	Cwd       string   `json:"cwd,omitempty"`
+	TimeoutNS int64    `json:"timeout_ns,omitempty"`
+
 	// Workspace ops (arbor mount, create, ...): the mount and branch they act on.
 	Mountpoint string `json:"mountpoint,omitempty"`
 	Branch     string `json:"branch,omitempty"`
@@ -259,6 +273,10 @@ const (
 	// metadata (the base directory stays as it is).
 	OpTreeDelete = "tree_delete"
 	OpTreeOpen   = "tree_open"
+	// OpTreeExec runs a command in a live node's sandbox; its reply is a
+	// stream (StatusExecOutput lines, then one StatusExecExit line), like
+	// tree_watch's.
+	OpTreeExec = "tree_exec"
 	// OpShutdown asks the daemon to exit (arbor daemon stop); only root and
 	// the daemon's own uid may, and only over the socket.
 	OpShutdown = "shutdown"
@@ -297,6 +315,10 @@ type Response struct {
 	Branches  []Branch `json:"branches,omitempty"`
 	Changes   []Change `json:"changes,omitempty"`
 	Mounts    []Mount  `json:"mounts,omitempty"`
+	// Output is one chunk of a tree_exec's output (Status StatusExecOutput).
+	Output *ExecOutput `json:"output,omitempty"`
+	// Exit ends a tree_exec's stream (Status StatusExecExit).
+	Exit *ExecExit `json:"exit,omitempty"`
 	// AlreadyMounted: ws_mount found the same base already mounted at the
 	// mountpoint (as a restarted daemon re-establishes it) and left it as is.
 	AlreadyMounted bool `json:"already_mounted,omitempty"`
@@ -307,6 +329,28 @@ const StatusOK = "ok"
 
 // StatusError is the Status of an error reply.
 const StatusError = "error"
+
+// Statuses of a tree_exec's streamed reply lines.
+const (
+	StatusExecOutput = "tree_exec_output"
+	StatusExecExit   = "tree_exec_exit"
+)
+
+// ExecOutput is one chunk of a command's output, in the order the command
+// wrote it.
+type ExecOutput struct {
+	Stream string `json:"stream"` // "stdout" or "stderr"
+	Data   []byte `json:"data"`   // base64 in JSON
+}
+
+// ExecExit is how a command ended.
+type ExecExit struct {
+	// ExitCode is the command's exit status; -1 when a signal ended it.
+	ExitCode int `json:"exit_code"`
+	// Signal names the signal that ended it ("KILL"), empty otherwise.
+	Signal     string `json:"signal,omitempty"`
+	DurationNS int64  `json:"duration_ns"`
+}
 
 // Event is one change in a tree, streamed by tree_watch.
 type Event struct {

@@ -273,7 +273,7 @@ func ctlErrno(err error) syscall.Errno {
 		return syscall.EINVAL
 	case errors.Is(err, api.ErrNoSpace):
 		return syscall.ENOSPC
-	case errors.Is(err, api.ErrUnavailable):
+	case errors.Is(err, api.ErrUnavailable), errors.Is(err, api.ErrNotSupported):
 		return syscall.EOPNOTSUPP
 	case errors.Is(err, api.ErrState), errors.Is(err, api.ErrBusy):
 		return syscall.EBUSY

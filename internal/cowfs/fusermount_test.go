@@ -202,4 +202,7 @@ func TestCtlErrnoUnavailable(t *testing.T) {
 	if got := ctlErrno(fmt.Errorf("mount: %w", api.Errorf(api.ErrUnavailable, "no /dev/fuse"))); got != syscall.EOPNOTSUPP {
 		t.Fatalf("ctlErrno(unavailable) = %v, want EOPNOTSUPP", got)
 	}
+	if got := ctlErrno(api.Errorf(api.ErrNotSupported, "exec needs backend jail or vm")); got != syscall.EOPNOTSUPP {
+		t.Fatalf("ctlErrno(not_supported) = %v, want EOPNOTSUPP", got)
+	}
 }

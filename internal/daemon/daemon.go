@@ -259,6 +259,10 @@ func (r *router) Watch(ctx context.Context, treeID string) (api.Response, <-chan
 	return r.eng.Watch(ctx, treeID)
 }
 
+func (r *router) Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error) {
+	return r.eng.Exec(ctx, req, out)
+}
+
 // gauges turns the engine's per-tree figures into the metrics' gauges.
 func gauges(eng *engine.Engine) []metrics.TreeGauge {
 	var out []metrics.TreeGauge

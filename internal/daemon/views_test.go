@@ -204,6 +204,7 @@ func TestTreeOwners(t *testing.T) {
 		{Op: api.OpTreeNodes, TreeID: "roots"},
 		{Op: api.OpTreeFork, TreeID: "roots", SourceID: rt.Root},
 		{Op: api.OpTreeProtect, TreeID: "roots", NodeID: rt.Root},
+		{Op: api.OpTreeExec, TreeID: "roots", NodeID: rt.Root, Argv: []string{"true"}},
 		{Op: api.OpTreeOpen, TreeID: "roots"},
 		{Op: api.OpTreeDrop, TreeID: "roots"},
 		{Op: api.OpTreeDelete, TreeID: "roots"},

@@ -1,19 +1,27 @@
 // Package engine serves the tree verbs: every API face calls only
-// (*Engine).Do and (*Engine).Watch. It joins three parts: the pure
-// bookkeeping of package tree, a metadata store (bbolt at Home/trees.db),
-// and one Files layer per tree (the interface in files.go; the real one is
-// internal/store + internal/cowfs, the tests use a directory-copy double).
+// (*Engine).Do, (*Engine).Watch and (*Engine).Exec. It joins four parts:
+// the pure bookkeeping of package tree, a metadata store (bbolt at
+// Home/trees.db), one Files layer per tree (the interface in files.go; the
+// real one is internal/store + internal/cowfs, the tests use a
+// directory-copy double) and one Backend per tree (backend.go: what each
+// node runs; dir runs nothing, jail a process sandbox, vm a microVM).
 //
 // # Vocabulary
 //
 // A tree has an id (given, or "t1", "t2", ...; a tree ws_mount makes is
 // named after its base), an owner uid, a base directory, a backend
-// ("dir": files only, today) and a budget. Its nodes have engine-generated ids
+// (named at tree_create from Config.Backends, "dir" by default; stored with
+// the tree and shown in its summary) and a budget. Its nodes have engine-generated ids
 // "n1" (the root), "n2", ...; the root's files are the branch "main", every
 // other node's files the branch named by its id. A node's Path in replies is
-// its branch's Files.Path while it is live, empty otherwise. Files-only
-// nodes hold no RAM: suspending one is bookkeeping (it keeps its files, loses
-// its Path) and resuming it restores the Path.
+// its branch's Files.Path while it is live, empty otherwise. A node's RAM is
+// what its backend reports (Backend.RAM, read whenever the engine measures:
+// before a fork, a resume and an auto-evict, and in every reply that shows
+// usage); a new child is expected to hold Caps.StartRAM (or its source's
+// RAM, for a backend whose fork carries memory) until it is measured, and
+// that is the cost its fork is planned with. Files-only (dir) nodes hold no
+// RAM: suspending one is bookkeeping (it keeps its files, loses its Path)
+// and resuming it restores the Path.
 //
 // # Lifecycle of a verb
 //
@@ -24,30 +32,89 @@
 // of effects is chosen so that a SIGKILL at any point leaves a consistent
 // tree after reconcile:
 //
-//   - fork, fork_batch, rollback: Files.Fork first, then the metadata
-//     transaction (the commit point). A crash in between leaves orphan
-//     branches, which reconcile aborts; a failed transaction unwinds the
-//     branches at once.
-//   - commit: a commit intent {child, parent} is written first; then
+//   - create: the root's sandbox is started (Backend.Start, after stopping
+//     whatever the backend held for that id), then the metadata. A crash
+//     in between leaves a sandbox of no tree; the next create of the id
+//     stops it.
+//   - fork, fork_batch, rollback: the nodes the fork evicts are suspended
+//     (as for suspend, below), so that what they free is free for the
+//     children; then Backend.Fork, inside which the source is paused,
+//     Files.Fork runs, the children's sandboxes start and the source
+//     resumes; then the metadata transaction (the commit point). A
+//     crash in between leaves orphan branches and sandboxes, which
+//     reconcile aborts and stops; a failed step or transaction unwinds
+//     them at once (children stopped, branches aborted).
+//   - commit: the child's execs end and its sandbox is suspended (so that
+//     nothing writes its files while they are applied; resumed again if
+//     the commit fails); a commit intent {child, parent} is written; then
 //     Files.Commit (the commit point: it applies the child and drops its
-//     branch atomically); then the plan, clearing the intent (not synced:
-//     the intent, synced before Files.Commit, finishes a plan that a power
-//     loss took). On open, an
-//     intent whose child branch is gone is a commit that happened and is
-//     finished (the parent's generation goes up, the siblings go stale); an
-//     intent whose child branch is still there is dropped.
-//   - abort, prune: the metadata transaction first (the commit point), then
-//     Files.Abort. A crash in between, or a failed Files.Abort (logged),
-//     leaves orphan branches that reconcile aborts.
-//   - protect, unprotect, suspend, resume, auto_evict: metadata only.
+//     branch atomically); then Backend.Commit carries the rest of the
+//     child's state (a jail's /tmp, a VM's memory) into the parent; then
+//     the plan, clearing the intent (not synced: the intent, synced before
+//     Files.Commit, finishes a plan that a power loss took); then the child's sandbox and those of
+//     the nodes gone stale are stopped (a failure is logged: reconcile
+//     stops them). On open, an intent whose child branch is gone is a
+//     commit that happened and is finished (Backend.Commit again, which is
+//     idempotent; the parent's generation goes up, the siblings go stale);
+//     an intent whose child branch is still there is dropped. A failed
+//     Backend.Commit fails the verb but leaves the intent, so the next
+//     open finishes it. A crash after the suspend
+//     and before Files.Commit leaves a live child whose sandbox is
+//     suspended: reconcile resumes it.
+//   - abort, prune: the subtree's execs end and its sandboxes are stopped,
+//     leaves first (a failure fails the verb, since what the nodes run must
+//     end; the nodes stopped so far stay live without a sandbox until the
+//     verb is retried or the tree reopened); then the metadata transaction
+//     (the commit point); then Files.Abort. A crash among the stops leaves
+//     live nodes whose sandbox is gone (reconcile: Caps.Lost); one after
+//     the metadata, or a failed Files.Abort (logged), orphan branches that
+//     reconcile aborts.
+//   - suspend, and every node a fork, rollback, resume or auto_evict
+//     evicts: the node's execs end, its sandbox is suspended
+//     (Backend.Suspend), its files made unwritable (Freezer), then the
+//     metadata (the commit point). resume: its files made writable, its
+//     sandbox resumed (Backend.Resume), then the metadata. A failed step or
+//     transaction undoes the steps before it. A crash before the metadata
+//     leaves a node whose sandbox is in the other state: reconcile puts
+//     the sandbox back in the tree's.
+//   - protect, unprotect: metadata only.
+//
+// TestSandboxCrash SIGKILLs the engine at each backend step above (a test
+// double of Backend kills its own process right after the step took
+// effect) and checks the reopened tree and its backend agree; TestCrash
+// kills it at random points of random verbs.
 //
 // Reconcile (at New for every open tree, and at tree_open): finish or drop a
 // commit intent; drop every node whose branch Files lacks, with its subtree
 // (never the root: a files layer without main is an error); abort every
-// branch the tree lacks; make suspended nodes' files unwritable; re-measure
-// disk usage. Every node comes back in its
-// stored state: files-only nodes can always be re-established, so live nodes
-// stay live.
+// branch the tree lacks; make the backend agree with the tree (below); make
+// suspended nodes' files unwritable; re-measure disk usage and RAM.
+//
+// The backend is made to agree with the tree from Backend.Nodes: a sandbox
+// of a node the tree lacks or holds stale is stopped; a running sandbox of
+// a suspended node is suspended; a suspended sandbox of a live node is
+// resumed; a live node whose sandbox is gone (the daemon was killed or
+// closed: Backend.Close stops everything) follows the backend's rule,
+// Caps.Lost: LostRestart starts a fresh sandbox over its files (dir and
+// jail: nothing a process ran survives anyway, and the node stays live),
+// LostSuspend marks it suspended, durably (vm: its state is on disk, and
+// tree_resume brings it back). A step that fails fails the tree's load.
+//
+// # Exec and leases
+//
+// Exec (tree_exec) checks the node is live and records the activity under
+// the tree's mutex, takes a lease on the node and runs Backend.Exec outside
+// the mutex, so the tree's other verbs go on meanwhile. A lease's context
+// derives from the engine's own lifetime (ended by Close), never from a
+// request's (the request's end cancels it through context.AfterFunc): no
+// request's context becomes a resource's lifetime, and backends are opened
+// with the engine's context too. Abort, prune, commit, suspend, eviction,
+// a drop or delete of the tree and Close end the leases of the nodes they
+// take away, under the tree's mutex and before the backend call that kills
+// what the node runs; the exec then fails with api.ErrState saying why
+// ("exec on node n3 of tree t1 ended: the node was aborted (it or an
+// ancestor)"), or api.ErrBusy when the engine closed. Close waits for the
+// execs to return before it closes the backends.
 //
 // A verb that panics halfway (a bug) fails with internal, and its tree may
 // then disagree with what is on disk: the tree is marked broken, refuses
@@ -56,10 +123,12 @@
 // the daemon go on. A tree that fails to reload is left closed; tree_open
 // retries it.
 //
-// tree_drop forgets a tree (closes its files layer, ends its watchers) but
-// keeps it on disk, marked closed; tree_open loads it again (idempotent on a
-// loaded tree). A dropped tree's id stays taken. tree_delete removes a tree
-// for good, loaded or dropped: it closes its files layer, renames its
+// tree_drop forgets a tree (ends its execs, closes its backend, which stops
+// what its nodes run, and its files layer, ends its watchers) but keeps it
+// on disk, marked closed; tree_open loads it again (idempotent on a loaded
+// tree; its live nodes come back by the backend's Lost rule). A dropped
+// tree's id stays taken. tree_delete removes a tree for good, loaded or
+// dropped: it closes its backend and files layer, renames its
 // directory aside, deletes its metadata in one transaction (the id is free
 // from then on) and removes the directory; New removes what a crash left
 // aside. The base directory is never touched.
@@ -70,9 +139,10 @@
 // it; Reconcile makes the suspended nodes' branches unwritable again.
 //
 // Latency: tree_fork_batch's latency_ns is measured from the moment the
-// verb holds the tree's mutex (the source's pause) to the reply; each fork's
-// latency_ns runs from the same start to the moment Files.Fork returned, when
-// every child's files exist, so all forks of a batch share it.
+// verb holds the tree's mutex to the reply; each fork's latency_ns runs
+// from the same start to the moment Backend.Fork returned, when every
+// child's files exist and its sandbox runs, so all forks of a batch share
+// it.
 //
 // # Views and owners
 //
@@ -102,15 +172,13 @@
 // Engine.life serialises tree_create, tree_open, tree_drop, tree_delete and
 // Close.
 // Engine.mu guards the map of loaded trees and the closed flag, and is held
-// only to look up, insert or remove. treeState.mu serialises every verb on
-// one tree, with its Files calls and its metadata writes; verbs on different
-// trees run in parallel (bbolt serialises their transactions). hub.mu guards
-// the watchers. Order: life, treeState.mu, Engine.mu, hub.mu. A view's FUSE
-// requests read the tree's names table (its own lock) and ask for verbs
-// through Do, which waits for treeState.mu; so a forced unmount of a view,
-// which waits for the view's requests, is made with treeState.mu released
-// and the tree marked dropped (takeViews): a request waiting for the mutex
-// then finds the tree gone. Events are
+// only to look up, insert or remove (and to count an exec in, so that Close
+// never waits while one is added). treeState.mu serialises every verb on
+// one tree, with its Files and Backend calls (Exec excepted) and its
+// metadata writes; verbs on different trees run in parallel (bbolt
+// serialises their transactions). treeState.leaseMu guards the tree's
+// leases; an ending exec takes it alone. hub.mu guards the watchers.
+// Order: life, treeState.mu, treeState.leaseMu, Engine.mu, hub.mu. Events are
 // emitted under the tree's mutex, so each tree's stream is in verb order
 // with consecutive Seq numbers, and Watch takes its snapshot under the same
 // mutex, so snapshot and stream meet exactly.
@@ -127,4 +195,9 @@
 // needs NodeDiskReserve free for each new node. A commit whose metadata transaction
 // fails after Files.Commit has still happened: the error says so and the
 // intent finishes it at the next open.
+//
+// A backend that fails to report RAM leaves the last figures standing
+// (logged). A commit leaves the parent's sandbox to the backend: the dir
+// and jail parents keep running over their (now changed) files, while a
+// vm backend's Commit may make the child's machine the parent's.
 package engine

@@ -33,6 +33,9 @@ type Config struct {
 	Home string
 	// OpenFiles opens a tree's files layer. Required.
 	OpenFiles OpenFiles
+	// Backends are the sandbox backends trees may name at tree_create, by
+	// name; nil means only BackendDir (OpenDirBackend).
+	Backends map[string]OpenBackend
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives what the engine cannot return: files reclaimed late,
@@ -59,12 +62,19 @@ type Config struct {
 // or remove a tree). Engine.life serialises tree_create, tree_open,
 // tree_drop and tree_delete with each other, so an id is never created twice. Each
 // treeState.mu serialises every verb on that tree, its Files calls and its
-// metadata writes. Lock order: life, then a treeState.mu, then Engine.mu,
-// then hub.mu. hub.mu guards the watchers.
+// metadata writes. Lock order: life, then a treeState.mu, then its leaseMu,
+// then Engine.mu, then hub.mu. hub.mu guards the watchers.
 type Engine struct {
 	cfg  Config
 	meta *meta
 	log  *slog.Logger
+
+	// ctx is the engine's own lifetime, ended by Close: backends are
+	// opened with it and every exec's lease derives from it, so that no
+	// request's context ever becomes a resource's lifetime.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	execs  sync.WaitGroup // execs in flight; Close waits for them
 
 	life sync.Mutex
 
@@ -86,6 +96,7 @@ type treeState struct {
 	meta    treeMeta
 	t       *tree.Tree
 	files   Files
+	backend Backend
 	views   map[string]*view // by mountpoint
 	names   *names           // node names for the views' lookups (its own lock)
 	seq     uint64           // the last event's sequence number
@@ -93,6 +104,10 @@ type treeState struct {
 	// broken: a verb panicked halfway, so memory may disagree with disk.
 	// The tree refuses verbs until reload replaces it with what is on disk.
 	broken bool
+
+	leaseMu sync.Mutex // guards leases; taken after mu, or alone by an exec ending
+	// leases are the execs in flight, by node id (see lease.go).
+	leases map[string]map[*lease]struct{}
 }
 
 // New opens the engine's state in cfg.Home and reloads every open tree,
@@ -114,6 +129,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.WatchBuffer <= 0 {
 		cfg.WatchBuffer = 1024
 	}
+	if cfg.Backends == nil {
+		cfg.Backends = map[string]OpenBackend{BackendDir: OpenDirBackend}
+	}
 	if err := os.MkdirAll(filepath.Join(cfg.Home, "trees"), 0o700); err != nil {
 		return nil, fmt.Errorf("engine home: %w: %v", api.ErrInternal, err)
 	}
@@ -122,10 +140,12 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, meta: m, log: cfg.Logger, trees: map[string]*treeState{}, viewAt: map[string]string{}, self: uint32(os.Geteuid())}
+	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	e.hub.init()
 	e.removeDeleted()
 	tms, err := m.trees()
 	if err != nil {
+		e.cancel(nil)
 		m.close()
 		return nil, err
 	}
@@ -133,7 +153,7 @@ func New(cfg Config) (*Engine, error) {
 		if !tm.Open {
 			continue
 		}
-		ts, err := e.load(context.Background(), tm.ID)
+		ts, err := e.load(e.ctx, tm.ID)
 		if err != nil {
 			e.log.Warn("tree not reopened", "tree", tm.ID, "err", err)
 			continue
@@ -143,8 +163,9 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Close closes every tree's files layer and the metadata store, and ends
-// every watch. Verbs in flight finish first.
+// Close ends every exec, closes every tree's backend (stopping what it
+// runs) and files layer and the metadata store, and ends every watch. Verbs
+// in flight finish first.
 func (e *Engine) Close() error {
 	defer e.bg.Wait() // a reload waiting for life finds the engine closed
 	e.life.Lock()
@@ -158,12 +179,14 @@ func (e *Engine) Close() error {
 	trees := e.trees
 	e.trees = map[string]*treeState{}
 	e.mu.Unlock()
+	e.cancel(api.Errorf(api.ErrBusy, "the engine closed")) // every exec's lease ends
+	e.execs.Wait()
 	var errs []error
 	for _, ts := range trees {
 		ts.mu.Lock()
 		e.takeViews(ts)
-		if err := ts.files.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close tree %s files: %w", ts.id, err))
+		if err := ts.closeLayers(); err != nil {
+			errs = append(errs, fmt.Errorf("close tree %s: %w", ts.id, err))
 		}
 		ts.mu.Unlock()
 	}
@@ -233,11 +256,11 @@ func (e *Engine) reload(ts *treeState) {
 	broken := ts.dropped
 	e.takeViews(ts)
 	ts.dropped = broken
-	if err := ts.files.Close(); err != nil {
-		e.log.Warn("close the files of a broken tree", "tree", ts.id, "err", err)
+	if err := ts.closeLayers(); err != nil {
+		e.log.Warn("close the backend and files of a broken tree", "tree", ts.id, "err", err)
 	}
 	ts.mu.Unlock()
-	nts, err := e.load(context.Background(), ts.id)
+	nts, err := e.load(e.ctx, ts.id)
 	if err == nil {
 		ts.mu.Lock()
 		nts.seq = ts.seq // the event sequence goes on
@@ -298,6 +321,8 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 		return e.del(ctx, req)
 	case api.OpTreeWatch:
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_watch streams: the face calls Watch")
+	case api.OpTreeExec:
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_exec streams: the face calls Exec")
 	case api.OpWsMount, api.OpWsUnmount, api.OpWsCreate, api.OpWsCommit, api.OpWsAbort, api.OpWsSwitch,
 		api.OpWsList, api.OpWsDiff, api.OpWsMounts:
 		return e.ws(ctx, req)

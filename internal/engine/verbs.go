@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -31,7 +32,7 @@ const (
 
 var treeIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
-// Backends the engine serves today.
+// BackendDir names the files-only backend (OpenDirBackend), the default.
 const BackendDir = "dir"
 
 func validLabel(op, l string) error {
@@ -82,29 +83,23 @@ func (e *Engine) emit(ts *treeState, kind, node string) {
 }
 
 // save writes p (and the tree's next id) in one transaction, then applies
-// it to the in-memory tree.
-//
-// A node the plan suspends has its files made unwritable before the save
-// (undone if the save fails); one it makes live again, writable after.
+// it to the in-memory tree, after the plan's sandbox and files effects
+// (stateEffects); a failed save undoes them.
 func (e *Engine) saveApply(ts *treeState, p *tree.Plan, intent *commitIntent, clearIntent bool) error {
-	var freeze, thaw []string
-	for _, n := range p.Put {
-		old, ok := ts.t.Node(n.ID)
-		switch {
-		case n.State == tree.Suspended && (!ok || old.State != tree.Suspended):
-			freeze = append(freeze, n.ID)
-		case n.State == tree.Live && ok && old.State == tree.Suspended:
-			thaw = append(thaw, n.ID)
-		}
-	}
-	if err := e.setWritable(ts, freeze, false); err != nil {
+	undo, err := e.stateEffects(ts, p)
+	if err != nil {
 		return err
 	}
+	return e.save(ts, p, intent, clearIntent, undo)
+}
+
+// save is saveApply after the effects: undo undoes them if the save fails.
+func (e *Engine) save(ts *treeState, p *tree.Plan, intent *commitIntent, clearIntent bool, undo func() error) error {
 	tm := ts.meta
 	tm.NextID = p.NextID
 	if err := e.meta.save(tm, p, intent, clearIntent); err != nil {
-		if uerr := e.setWritable(ts, freeze, true); uerr != nil {
-			return fmt.Errorf("%w: %w", err, uerr)
+		if uerr := undo(); uerr != nil {
+			return fmt.Errorf("%w; undoing it: %w", err, uerr)
 		}
 		return err
 	}
@@ -115,7 +110,78 @@ func (e *Engine) saveApply(ts *treeState, p *tree.Plan, intent *commitIntent, cl
 	if len(ts.views) > 0 {
 		ts.refreshNames()
 	}
-	return e.setWritable(ts, thaw, true)
+	return nil
+}
+
+// stateEffects performs what p's state changes need before its save (the
+// commit point): a node the plan suspends (by name or by eviction) has its
+// execs ended, its sandbox suspended and its files made unwritable, in that
+// order; one it makes live again has its files made writable and its
+// sandbox resumed. A failed step undoes the steps before it, in reverse
+// order; on success the returned undo does that for a later failure.
+func (e *Engine) stateEffects(ts *treeState, p *tree.Plan) (undo func() error, err error) {
+	var freeze, thaw []string
+	for _, n := range p.Put {
+		old, ok := ts.t.Node(n.ID)
+		switch {
+		case n.State == tree.Suspended && ok && old.State == tree.Live:
+			freeze = append(freeze, n.ID)
+		case n.State == tree.Live && ok && old.State == tree.Suspended:
+			thaw = append(thaw, n.ID)
+		}
+	}
+	ctx := e.ctx
+	var steps []func() error
+	undo = func() error {
+		var errs []error
+		for i := len(steps) - 1; i >= 0; i-- {
+			errs = append(errs, steps[i]())
+		}
+		return errors.Join(errs...)
+	}
+	defer func() {
+		if err != nil {
+			if uerr := undo(); uerr != nil {
+				err = fmt.Errorf("%w; undoing it: %w", err, uerr)
+			}
+		}
+	}()
+	if len(freeze) > 0 {
+		ts.endLeases(freeze, "suspended (tree_suspend, or evicted)")
+	}
+	for _, id := range freeze {
+		if err := ts.backend.Suspend(ctx, id); err != nil {
+			return nil, fmt.Errorf("node %s: suspend its sandbox: %w", id, err)
+		}
+		steps = append(steps, func() error { return e.resumeSandbox(ctx, ts, id) })
+	}
+	if err := e.setWritable(ts, freeze, false); err != nil {
+		return nil, err
+	}
+	steps = append(steps, func() error { return e.setWritable(ts, freeze, true) })
+	if err := e.setWritable(ts, thaw, true); err != nil {
+		return nil, err
+	}
+	steps = append(steps, func() error { return e.setWritable(ts, thaw, false) })
+	for _, id := range thaw {
+		if err := e.resumeSandbox(ctx, ts, id); err != nil {
+			return nil, err
+		}
+		steps = append(steps, func() error { return ts.backend.Suspend(ctx, id) })
+	}
+	return undo, nil
+}
+
+// resumeSandbox resumes node id's sandbox over its files.
+func (e *Engine) resumeSandbox(ctx context.Context, ts *treeState, id string) error {
+	path, err := ts.filesPath(id)
+	if err != nil {
+		return err
+	}
+	if err := ts.backend.Resume(ctx, id, path); err != nil {
+		return fmt.Errorf("node %s: resume its sandbox: %w", id, err)
+	}
+	return nil
 }
 
 // setWritable makes the files of nodes ids writable or not, if the files
@@ -135,12 +201,9 @@ func (e *Engine) setWritable(ts *treeState, ids []string, writable bool) error {
 
 func (e *Engine) create(ctx context.Context, req api.Request) (api.Response, error) {
 	const op = api.OpTreeCreate
-	backend := req.Backend
-	switch backend {
-	case "", BackendDir, "files":
-		backend = BackendDir
-	default:
-		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: backend %q is not served yet (dir is)", op, req.Backend)
+	backend, err := e.backendName(op, req.Backend)
+	if err != nil {
+		return api.Response{}, err
 	}
 	if req.Base == "" {
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: base is required", op)
@@ -152,7 +215,7 @@ func (e *Engine) create(ctx context.Context, req api.Request) (api.Response, err
 	if req.Budget != nil {
 		b = *req.Budget
 	}
-	b, err := tree.NormalizeBudget(b)
+	b, err = tree.NormalizeBudget(b)
 	if err != nil {
 		return api.Response{}, fmt.Errorf("%s: %w", op, err)
 	}
@@ -205,6 +268,8 @@ func (e *Engine) createLocked(ctx context.Context, req api.Request) (api.Respons
 	if err != nil {
 		return api.Response{}, err
 	}
+	// What the tree opens lives as long as the engine, not the request.
+	ctx = e.detach(ctx)
 	files, err := e.cfg.OpenFiles(ctx, e.treeDir(id), filepath.Clean(req.Base))
 	if err != nil {
 		return api.Response{}, fmt.Errorf("%s %s: files: %w", op, id, err)
@@ -224,8 +289,15 @@ func (e *Engine) createLocked(ctx context.Context, req api.Request) (api.Respons
 	if cred, ok := access.FromContext(ctx); ok {
 		ts.meta.Owner = &cred.UID
 	}
-	if err := e.meta.create(ts.meta, t.Nodes()); err != nil {
+	// The root's sandbox starts before the metadata: a crash in between
+	// leaves a sandbox of a tree that does not exist, which the next
+	// tree_create of that id stops (below) before it starts its own.
+	if err := e.startRoot(ctx, ts); err != nil {
 		files.Close()
+		return api.Response{}, fmt.Errorf("%s %s: %w", op, id, err)
+	}
+	if err := e.meta.create(ts.meta, t.Nodes()); err != nil {
+		ts.closeLayers()
 		return api.Response{}, err
 	}
 	ts.mu.Lock()
@@ -235,6 +307,39 @@ func (e *Engine) createLocked(ctx context.Context, req api.Request) (api.Respons
 	e.mu.Unlock()
 	e.emit(ts, "create", t.Root())
 	return api.Response{Status: "tree_created", TreeID: id, Root: t.Root(), NodeID: t.Root(), Path: e.path(ts, t.Root())}, nil
+}
+
+// startRoot opens the backend of new tree ts, stops whatever it holds (left
+// by a crash of an earlier create of this id) and starts the root's
+// sandbox. On failure the backend is closed again.
+func (e *Engine) startRoot(ctx context.Context, ts *treeState) error {
+	b, err := e.openBackend(ts.id, ts.meta.Backend, ts.meta.Base)
+	if err != nil {
+		return err
+	}
+	held, err := b.Nodes(ctx)
+	if err == nil {
+		for _, h := range held {
+			if err = b.Stop(ctx, h.ID); err != nil {
+				break
+			}
+		}
+	}
+	var path string
+	if err == nil {
+		path, err = ts.files.Path(MainBranch)
+	}
+	if err == nil {
+		err = b.Start(ctx, ts.t.Root(), path)
+	}
+	if err != nil {
+		if cerr := b.Close(); cerr != nil {
+			err = fmt.Errorf("%w; closing the backend: %w", err, cerr)
+		}
+		return fmt.Errorf("start the root's sandbox: %w", err)
+	}
+	ts.backend = b
+	return nil
 }
 
 func (e *Engine) isClosed() bool {
@@ -284,7 +389,7 @@ func (e *Engine) openLocked(ctx context.Context, req api.Request) (api.Response,
 	e.mu.Unlock()
 	if !ok {
 		var err error
-		if ts, err = e.load(ctx, req.TreeID); err != nil {
+		if ts, err = e.load(e.detach(ctx), req.TreeID); err != nil {
 			return api.Response{}, err
 		}
 		tm := ts.meta
@@ -332,8 +437,8 @@ func (e *Engine) drop(ctx context.Context, req api.Request) (api.Response, error
 	e.mu.Lock()
 	delete(e.trees, ts.id)
 	e.mu.Unlock()
-	if err := ts.files.Close(); err != nil {
-		e.log.Warn("close files of dropped tree", "tree", ts.id, "err", err)
+	if err := ts.closeLayers(); err != nil {
+		e.log.Warn("close the backend and files of a dropped tree", "tree", ts.id, "err", err)
 	}
 	e.emit(ts, "drop", "")
 	e.hub.endTree(ts.id)
@@ -376,9 +481,9 @@ func (e *Engine) del(ctx context.Context, req api.Request) (api.Response, error)
 			return api.Response{}, err
 		}
 		e.takeViews(ts)
-		if err := ts.files.Close(); err != nil {
+		if err := ts.closeLayers(); err != nil {
 			ts.dropped = false
-			return api.Response{}, fmt.Errorf("%s %s: close its files: %w", op, ts.id, err)
+			return api.Response{}, fmt.Errorf("%s %s: close its backend and files: %w", op, ts.id, err)
 		}
 		e.mu.Lock()
 		delete(e.trees, ts.id)
@@ -443,14 +548,22 @@ func (e *Engine) load(ctx context.Context, id string) (*treeState, error) {
 		files.Close()
 		return nil, fmt.Errorf("tree %s: files: %w", id, err)
 	}
-	ts := &treeState{id: id, meta: tm, t: t, files: files, views: map[string]*view{}, names: newNames()}
-	if err := e.reconcile(ctx, ts, intent); err != nil {
+	if tm.Backend == "" { // trees made before backends were recorded
+		tm.Backend = BackendDir
+	}
+	b, err := e.openBackend(id, tm.Backend, tm.Base)
+	if err != nil {
 		files.Close()
+		return nil, err
+	}
+	ts := &treeState{id: id, meta: tm, t: t, files: files, backend: b, views: map[string]*view{}, names: newNames()}
+	if err := e.reconcile(ctx, ts, intent); err != nil {
+		ts.closeLayers()
 		return nil, fmt.Errorf("tree %s: reconcile: %w", id, err)
 	}
 	if err := e.mountViews(ctx, ts); err != nil {
 		e.takeViews(ts)
-		files.Close()
+		ts.closeLayers()
 		return nil, fmt.Errorf("tree %s: views: %w", id, err)
 	}
 	return ts, nil
@@ -473,6 +586,9 @@ func (e *Engine) reconcile(ctx context.Context, ts *treeState, intent *commitInt
 	if intent != nil {
 		if _, ok := ts.t.Node(intent.Child); ok && !have[ts.branch(intent.Child)] {
 			if p, err := ts.t.PlanCommit(now, intent.Child); err == nil {
+				if err := ts.backend.Commit(ctx, intent.Child, intent.Parent); err != nil {
+					return fmt.Errorf("finish the commit of %s: the backend: %w", intent.Child, err)
+				}
 				if err := ts.t.Apply(p); err != nil {
 					return err
 				}
@@ -509,9 +625,12 @@ func (e *Engine) reconcile(ctx context.Context, ts *treeState, intent *commitInt
 	if err := abortExtra(ctx, ts.files, keepB); err != nil {
 		return err
 	}
+	if err := e.reconcileBackend(ctx, ts); err != nil {
+		return err
+	}
 	// The files layer forgets what was unwritable: suspended nodes again.
 	var suspended []string
-	for _, n := range t.Nodes() {
+	for _, n := range ts.t.Nodes() {
 		if n.State == tree.Suspended {
 			suspended = append(suspended, n.ID)
 		}
@@ -524,10 +643,17 @@ func (e *Engine) reconcile(ctx context.Context, ts *treeState, intent *commitInt
 }
 
 // measure refreshes every node's disk usage from the files layer (whose
-// figures are at most a second old: see Files.DiskUsage). Bytes held by a
+// figures are at most a second old: see Files.DiskUsage) and every live
+// node's RAM from the backend (Backend.RAM; a suspended node keeps its last
+// figure, what it is expected to hold when resumed). Bytes held by a
 // branch the tree has no node for (none after reconcile) count to the root,
-// so that the tree's total is all the files layer holds.
+// so that the tree's total is all the files layer holds. A backend that
+// fails to report leaves the RAM figures as they were (logged).
 func (e *Engine) measure(ts *treeState) {
+	ram, err := ts.backend.RAM(e.ctx)
+	if err != nil {
+		e.log.Warn("backend RAM not measured; the last figures stand", "tree", ts.id, "err", err)
+	}
 	u := ts.files.DiskUsage()
 	var orphan int64
 	for b, n := range u {
@@ -540,8 +666,12 @@ func (e *Engine) measure(ts *treeState) {
 		if n.ID == ts.t.Root() {
 			d += orphan
 		}
-		if d != n.DiskBytes {
-			ts.t.SetUsage(n.ID, n.RAMBytes, d)
+		r := n.RAMBytes
+		if n.State == tree.Live && err == nil {
+			r = max(ram[n.ID], 0)
+		}
+		if d != n.DiskBytes || r != n.RAMBytes {
+			ts.t.SetUsage(n.ID, r, d)
 		}
 	}
 }
@@ -613,7 +743,7 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 	// nodes' reserve stays in their figures until the next measurement,
 	// which every reply that shows usage makes first).
 	e.measure(ts)
-	cost := tree.Cost{DiskBytes: NodeDiskReserve}
+	cost := ts.forkCost(source)
 	var p *tree.Plan
 	var err error
 	if op == api.OpTreeRollback {
@@ -624,17 +754,54 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 	if err != nil {
 		return api.Response{}, err
 	}
-	// Files first: a crash after it leaves orphan branches, which reconcile aborts.
-	if err := ts.files.Fork(ctx, ts.branch(source), p.Created); err != nil {
-		return api.Response{}, fmt.Errorf("%s %s: files: %w", op, source, err)
+	// The nodes the fork evicts are suspended first, so that the RAM they
+	// free is free when the children start. Then files and sandboxes, the
+	// files' fork inside the source's pause: a crash after it leaves
+	// orphan branches and sandboxes, which reconcile aborts and stops.
+	undo, err := e.stateEffects(ts, p)
+	if err != nil {
+		return api.Response{}, fmt.Errorf("%s %s: evict: %w", op, source, err)
 	}
-	ready := time.Since(start)
-	if err := e.saveApply(ts, p, nil, false); err != nil {
+	forked := false
+	unwind := func() {
 		for _, c := range p.Created {
+			if err := ts.backend.Stop(context.WithoutCancel(ctx), c); err != nil {
+				e.log.Warn("unwind fork: stop sandbox", "tree", ts.id, "node", c, "err", err)
+			}
+		}
+		for _, c := range p.Created {
+			if !forked {
+				break
+			}
 			if aerr := ts.files.Abort(context.WithoutCancel(ctx), c); aerr != nil {
 				e.log.Warn("unwind fork", "tree", ts.id, "branch", c, "err", aerr)
 			}
 		}
+	}
+	err = ts.backend.Fork(e.detach(ctx), source, p.Created, func(ctx context.Context) ([]string, error) {
+		if err := ts.files.Fork(ctx, ts.branch(source), p.Created); err != nil {
+			return nil, fmt.Errorf("files: %w", err)
+		}
+		forked = true
+		paths := make([]string, len(p.Created))
+		for i, c := range p.Created {
+			var err error
+			if paths[i], err = ts.filesPath(c); err != nil {
+				return nil, err
+			}
+		}
+		return paths, nil
+	})
+	if err != nil {
+		unwind()
+		if uerr := undo(); uerr != nil {
+			err = fmt.Errorf("%w; undoing the eviction: %w", err, uerr)
+		}
+		return api.Response{}, fmt.Errorf("%s %s: %w", op, source, err)
+	}
+	ready := time.Since(start)
+	if err := e.save(ts, p, nil, false, undo); err != nil {
+		unwind()
 		return api.Response{}, err
 	}
 	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted}
@@ -650,7 +817,7 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 	return r, nil
 }
 
-func (e *Engine) commit(ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
+func (e *Engine) commit(ctx context.Context, ts *treeState, req api.Request) (_ api.Response, err error) {
 	const op = api.OpTreeCommit
 	if err := validNode(op, "node_id", req.NodeID); err != nil {
 		return api.Response{}, err
@@ -660,8 +827,25 @@ func (e *Engine) commit(ctx context.Context, ts *treeState, req api.Request) (ap
 	if err != nil {
 		return api.Response{}, err
 	}
-	// The intent first: if we die after Files.Commit, reconcile sees the
-	// child's branch gone and finishes the commit.
+	// The child's sandbox is suspended first, so that nothing writes its
+	// files while they are applied (undone if the commit fails); then the
+	// intent: if we die after Files.Commit, reconcile sees the child's
+	// branch gone and finishes the commit.
+	ts.endLeases([]string{req.NodeID}, "committed into its parent")
+	filesCommitted := false
+	if c, _ := ts.t.Node(req.NodeID); c.State == tree.Live {
+		if err := ts.backend.Suspend(ctx, req.NodeID); err != nil {
+			return api.Response{}, fmt.Errorf("%s %s: suspend its sandbox: %w", op, req.NodeID, err)
+		}
+		defer func() {
+			if err == nil || filesCommitted {
+				return
+			}
+			if rerr := e.resumeSandbox(context.WithoutCancel(ctx), ts, req.NodeID); rerr != nil {
+				err = fmt.Errorf("%w; resuming it again: %w", err, rerr)
+			}
+		}()
+	}
 	tm := ts.meta
 	if err := e.meta.save(tm, nil, &commitIntent{Child: req.NodeID, Parent: p.Parent}, false); err != nil {
 		return api.Response{}, err
@@ -670,6 +854,7 @@ func (e *Engine) commit(ctx context.Context, ts *treeState, req api.Request) (ap
 		return api.Response{}, err
 	}
 	staleBranches, err := ts.files.Commit(ctx, ts.branch(req.NodeID))
+	filesCommitted = err == nil
 	if err != nil {
 		if cerr := e.meta.save(tm, nil, nil, true); cerr != nil {
 			e.log.Warn("clear commit intent", "tree", ts.id, "err", cerr)
@@ -683,6 +868,14 @@ func (e *Engine) commit(ctx context.Context, ts *treeState, req api.Request) (ap
 	if p2, err := ts.t.PlanCommit(now, req.NodeID, extra...); err == nil {
 		p = p2
 	}
+	if err := ts.backend.Commit(context.WithoutCancel(ctx), req.NodeID, p.Parent); err != nil {
+		// Past the commit point: the intent stays, and the next open
+		// carries the rest of the child's state. Memory follows the files.
+		if aerr := ts.t.Apply(p); aerr != nil {
+			e.log.Error("apply commit", "tree", ts.id, "err", aerr)
+		}
+		return api.Response{}, fmt.Errorf("%s %s: committed its files, but the backend did not carry the rest of its state (retried at the next open): %w", op, req.NodeID, err)
+	}
 	if err := e.saveApply(ts, p, nil, true); err != nil {
 		// The files committed (the commit point); the intent makes the next
 		// open finish the metadata. Keep memory in step with the files.
@@ -693,6 +886,10 @@ func (e *Engine) commit(ctx context.Context, ts *treeState, req api.Request) (ap
 	}
 	// The plan is not synced: the intent, synced before the files
 	// committed, finishes it at the next open if a power loss takes it.
+	// After the commit point: the child's sandbox and those of the nodes
+	// gone stale end (a failure is reconcile's, at the next open).
+	e.stopAfter(context.WithoutCancel(ctx), ts, []string{req.NodeID}, "committed into its parent")
+	e.stopAfter(context.WithoutCancel(ctx), ts, p.Stale, "made stale (a sibling committed first)")
 	e.measure(ts)
 	e.emit(ts, "commit", req.NodeID)
 	for _, s := range p.Stale {
@@ -719,8 +916,16 @@ func (e *Engine) remove(ctx context.Context, ts *treeState, req api.Request) (ap
 	if err != nil {
 		return api.Response{}, err
 	}
-	// Metadata first (the commit point); the branches go after. A crash in
-	// between leaves orphan branches, which reconcile aborts.
+	// The sandboxes first, leaves first (a failure fails the verb: what
+	// the node runs must end); then the metadata (the commit point); the
+	// branches go after. A crash after the sandboxes leaves live nodes
+	// whose sandbox is gone (reconcile: Caps.Lost); one after the metadata,
+	// orphan branches, which reconcile aborts.
+	sub := ts.t.Subtree(req.NodeID)
+	slices.Reverse(sub)
+	if err := e.stopSandboxes(context.WithoutCancel(ctx), ts, sub, map[string]string{"abort": "aborted", "prune": "pruned"}[kind]+" (it or an ancestor)"); err != nil {
+		return api.Response{}, fmt.Errorf("%s %s: %w", req.Op, req.NodeID, err)
+	}
 	if err := e.saveApply(ts, p, nil, false); err != nil {
 		return api.Response{}, err
 	}
@@ -753,6 +958,7 @@ func (e *Engine) simple(ts *treeState, req api.Request) (api.Response, error) {
 		p, err = ts.t.PlanSuspend(now, req.NodeID)
 	case api.OpTreeResume:
 		kind = "resume"
+		e.measure(ts) // make room by the RAM the live nodes hold now
 		p, err = ts.t.PlanResume(now, req.NodeID)
 	}
 	if err != nil {
@@ -770,6 +976,7 @@ func (e *Engine) simple(ts *treeState, req api.Request) (api.Response, error) {
 }
 
 func (e *Engine) evict(ts *treeState) (api.Response, error) {
+	e.measure(ts) // evict by the RAM the nodes hold now
 	p := ts.t.PlanAutoEvict(e.cfg.Now())
 	if len(p.Put) > 0 {
 		if err := e.saveApply(ts, p, nil, false); err != nil {

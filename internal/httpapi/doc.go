@@ -28,7 +28,8 @@
 // not_found 404, exists/stale/bad_state/protected/busy/budget 409 (budget is
 // a conflict with the tree's current state, which abort, prune or evict can
 // change, so 409 rather than 422), no_space 507, unavailable 503 (the host
-// lacks what the verb needs: a usable /dev/fuse, fusermount3), internal 500;
+// lacks what the verb needs: a usable /dev/fuse, fusermount3), not_supported
+// 501 (the tree's backend does not serve the verb), internal 500;
 // the table is api.ErrorCodes. Unknown routes (404) and methods (405, with
 // Allow) use the same envelope.
 //

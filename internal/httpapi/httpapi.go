@@ -359,6 +359,8 @@ func Status(code string) int {
 		return http.StatusInsufficientStorage
 	case api.CodeLimit, api.CodeUnavailable:
 		return http.StatusServiceUnavailable
+	case api.CodeNotSupported:
+		return http.StatusNotImplemented
 	}
 	return http.StatusInternalServerError
 }

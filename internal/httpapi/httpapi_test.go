@@ -274,6 +274,7 @@ func TestStatus(t *testing.T) {
 		api.CodeBadRequest: 400, api.CodeAuth: 401, api.CodeForbidden: 403, api.CodeNotFound: 404,
 		api.CodeExists: 409, api.CodeStale: 409, api.CodeState: 409, api.CodeProtected: 409,
 		api.CodeBusy: 409, api.CodeBudget: 409, api.CodeNoSpace: 507, api.CodeLimit: 503, api.CodeUnavailable: 503, api.CodeInternal: 500, "weird": 500,
+		api.CodeNotSupported: 501,
 	}
 	for code, want := range want {
 		if got := httpapi.Status(code); got != want {

@@ -28,6 +28,13 @@ type Handler interface {
 	Watch(ctx context.Context, treeID string) (api.Response, <-chan api.Event, error)
 }
 
+// Execer is a Handler that serves tree_exec (the engine does): Exec runs
+// the command and sends its output to out as it comes. tree_exec on a
+// Handler without it fails with api.ErrNotSupported.
+type Execer interface {
+	Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error)
+}
+
 // DefaultMaxLineBytes bounds one request line.
 const DefaultMaxLineBytes = 1 << 20
 
@@ -343,6 +350,9 @@ func (c *conn) handle(ctx context.Context, line []byte) bool {
 	if req.Op == api.OpTreeWatch {
 		return c.watch(ctx, req, start)
 	}
+	if req.Op == api.OpTreeExec {
+		return c.exec(ctx, req, start)
+	}
 	resp := c.s.do(ctx, req, start)
 	return c.reply(resp) == nil
 }
@@ -424,6 +434,48 @@ func (c *conn) watch(ctx context.Context, req api.Request, start time.Time) bool
 			}
 		}
 	}
+}
+
+// exec streams a tree_exec: one api.StatusExecOutput line per chunk of
+// output, flushed as it comes, then one api.StatusExecExit line (or an
+// error line); the connection goes on in request mode after it. A client
+// that stops reading ends the command at its next chunk (the write fails
+// within the idle timeout).
+func (c *conn) exec(ctx context.Context, req api.Request, start time.Time) bool {
+	x, ok := c.s.cfg.Handler.(Execer)
+	if !ok {
+		c.s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, api.CodeNotSupported, time.Since(start))
+		return c.reply(errorResponse(api.Errorf(api.ErrNotSupported, "tree_exec: not served here"))) == nil
+	}
+	var werr error
+	out := func(o api.ExecOutput) error {
+		if werr = c.write(api.Response{Status: api.StatusExecOutput, Output: &o}); werr == nil {
+			werr = c.flush()
+		}
+		return werr
+	}
+	exit, err := c.s.callExec(ctx, x, req, out)
+	if werr != nil {
+		return false
+	}
+	resp := api.Response{Status: api.StatusExecExit, TreeID: req.TreeID, NodeID: req.NodeID, Exit: &exit}
+	code := metrics.CodeOK
+	if err != nil {
+		resp = errorResponse(err)
+		code = resp.Code
+	}
+	c.s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, code, time.Since(start))
+	return c.reply(resp) == nil
+}
+
+func (s *Server) callExec(ctx context.Context, x Execer, req api.Request, out func(api.ExecOutput) error) (exit api.ExecExit, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("lineapi: exec panic", "panic", p, "stack", string(debug.Stack()))
+			err = api.Errorf(api.ErrInternal, "tree_exec: the daemon failed serving this request")
+		}
+	}()
+	return x.Exec(ctx, req, out)
 }
 
 // reply writes resp, flushing unless another complete request is already
@@ -548,7 +600,7 @@ var knownOps = map[string]bool{
 	api.OpTreeCommit: true, api.OpTreeAbort: true, api.OpTreeRollback: true, api.OpTreeProtect: true,
 	api.OpTreeUnprot: true, api.OpTreePrune: true, api.OpTreeSuspend: true, api.OpTreeResume: true,
 	api.OpTreeEvict: true, api.OpTreeNodes: true, api.OpTreeList: true, api.OpTreeWatch: true,
-	api.OpTreeDrop: true, api.OpTreeDelete: true, api.OpTreeOpen: true,
+	api.OpTreeDrop: true, api.OpTreeDelete: true, api.OpTreeOpen: true, api.OpTreeExec: true,
 	api.OpWsMount: true, api.OpWsUnmount: true, api.OpWsCreate: true, api.OpWsCommit: true,
 	api.OpWsAbort: true, api.OpWsSwitch: true, api.OpWsList: true, api.OpWsDiff: true, api.OpWsMounts: true,
 	api.OpShutdown: true,
