@@ -713,7 +713,6 @@ func TestWriteJSON(t *testing.T) {
 	}
 }
 
-
 func TestParseRelease(t *testing.T) {
 	for _, c := range []struct {
 		in   string
