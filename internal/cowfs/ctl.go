@@ -2,7 +2,6 @@ package cowfs
 
 import (
 	"context"
-	"errors"
 	"os"
 	"strings"
 	"syscall"
@@ -175,24 +174,6 @@ func (c *ctlNode) Ioctl(ctx context.Context, f fs.FileHandle, cmd uint32, arg ui
 	return -1, syscall.ENOTTY
 }
 
-// ctlErrno maps a store error to the errno BranchFS gives.
-func ctlErrno(err error) syscall.Errno {
-	var e syscall.Errno
-	switch {
-	case errors.As(err, &e):
-		return e
-	case errors.Is(err, api.ErrStale):
-		return syscall.ESTALE
-	case errors.Is(err, api.ErrNotFound):
-		return syscall.ENOENT
-	case errors.Is(err, api.ErrExists):
-		return syscall.EEXIST
-	case errors.Is(err, api.ErrBadRequest):
-		return syscall.EINVAL
-	case errors.Is(err, api.ErrNoSpace):
-		return syscall.ENOSPC
-	case errors.Is(err, api.ErrUnavailable):
-		return syscall.EOPNOTSUPP
-	}
-	return syscall.EIO
-}
+// ctlErrno maps a store error to the errno BranchFS gives: the errno it
+// wraps, else its kind's in the api error table.
+func ctlErrno(err error) syscall.Errno { return api.Errno(err) }

@@ -103,7 +103,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.WatchBuffer = 1024
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.Home, "trees"), 0o700); err != nil {
-		return nil, fmt.Errorf("engine home: %w: %v", api.ErrInternal, err)
+		return nil, fmt.Errorf("engine home: %w: %w", api.ErrInternal, err)
 	}
 	m, err := openMeta(filepath.Join(cfg.Home, "trees.db"))
 	if err != nil {
@@ -259,14 +259,14 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 			resp, err = api.Response{}, api.Errorf(api.ErrInternal, "%s: internal error", req.Op)
 		}
 		if err != nil && !isAPI(err) {
-			err = fmt.Errorf("%s: %w: %v", req.Op, api.ErrInternal, err)
+			err = fmt.Errorf("%s: %w: %w", req.Op, api.ErrInternal, err)
 		}
 		if e.cfg.Observer != nil {
 			e.cfg.Observer.OnOp(req.Op, time.Since(start), err)
 		}
 	}()
 	if err := ctx.Err(); err != nil {
-		return api.Response{}, fmt.Errorf("%s: %w: %v", req.Op, api.ErrInternal, err)
+		return api.Response{}, fmt.Errorf("%s: %w: %w", req.Op, api.ErrInternal, err)
 	}
 	switch req.Op {
 	case api.OpPing:

@@ -342,26 +342,8 @@ func (s *Server) audit(r *http.Request, rec *recorder, d time.Duration) {
 	}
 }
 
-// Status maps an api error code to its HTTP status.
-func Status(code string) int {
-	switch code {
-	case api.CodeBadRequest:
-		return http.StatusBadRequest
-	case api.CodeAuth:
-		return http.StatusUnauthorized
-	case api.CodeForbidden:
-		return http.StatusForbidden
-	case api.CodeNotFound:
-		return http.StatusNotFound
-	case api.CodeExists, api.CodeStale, api.CodeState, api.CodeProtected, api.CodeBusy, api.CodeBudget:
-		return http.StatusConflict
-	case api.CodeNoSpace:
-		return http.StatusInsufficientStorage
-	case api.CodeLimit, api.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
+// Status maps an api error code to its HTTP status (the api error table's).
+func Status(code string) int { return api.HTTPStatus(code) }
 
 func writeError(w http.ResponseWriter, err error) {
 	writeErrorStatus(w, Status(api.Code(err)), err)

@@ -226,7 +226,7 @@ func (s *Server) decode(r *http.Request, v any) error {
 	case errors.As(err, &mbe):
 		return fmt.Errorf("%w: body larger than %d bytes: %w", api.ErrBadRequest, mbe.Limit, mbe)
 	case errors.As(err, &se):
-		return api.Errorf(api.ErrBadRequest, "invalid body: not valid JSON at byte %d: %v", se.Offset, se)
+		return fmt.Errorf("invalid body: not valid JSON at byte %d: %w: %w", se.Offset, se, api.ErrBadRequest)
 	case errors.As(err, &te):
 		if te.Field != "" {
 			return api.Errorf(api.ErrBadRequest, "invalid body: field %q must be %s, not %s", te.Field, te.Type, te.Value)
@@ -235,5 +235,5 @@ func (s *Server) decode(r *http.Request, v any) error {
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return api.Errorf(api.ErrBadRequest, "invalid body: truncated JSON")
 	}
-	return api.Errorf(api.ErrBadRequest, "invalid body: %v", err)
+	return fmt.Errorf("invalid body: %w: %w", err, api.ErrBadRequest)
 }

@@ -211,7 +211,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		// checked against them); without them nothing is served.
 		cred, err := PeerCred(uc)
 		if err != nil {
-			b, _ := json.Marshal(errorResponse(api.Errorf(api.ErrAuth, "peer credentials unavailable: %v", err)))
+			b, _ := json.Marshal(errorResponse(fmt.Errorf("peer credentials unavailable: %w: %w", err, api.ErrAuth)))
 			c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 			c.Write(append(b, '\n'))
 			c.Close()
@@ -443,7 +443,7 @@ func (c *conn) reply(resp api.Response) error {
 func (c *conn) write(resp api.Response) error {
 	b, err := json.Marshal(resp)
 	if err != nil { // cannot happen with api types; answer something well-formed
-		b, _ = json.Marshal(errorResponse(api.Errorf(api.ErrInternal, "encoding reply: %v", err)))
+		b, _ = json.Marshal(errorResponse(fmt.Errorf("encoding reply: %w: %w", err, api.ErrInternal)))
 	}
 	b = append(b, '\n')
 	// A reply the client does not take within the idle timeout ends the
