@@ -83,19 +83,6 @@ type Request struct {
 	QuotaBytes int64  `json:"quota_bytes,omitempty"`
 }
 
-// Workspace ops, behind the arbor mount/create/diff/commit/abort/switch/list/unmount commands.
-const (
-	OpWsMount   = "ws_mount"
-	OpWsUnmount = "ws_unmount"
-	OpWsCreate  = "ws_create"
-	OpWsCommit  = "ws_commit"
-	OpWsAbort   = "ws_abort"
-	OpWsSwitch  = "ws_switch"
-	OpWsList    = "ws_list"
-	OpWsDiff    = "ws_diff"
-	OpWsMounts  = "ws_mounts"
-)
-
 // Branch is one branch of a workspace mount, as ws_list reports it.
 type Branch struct {
 	Name    string `json:"name"`
@@ -116,35 +103,6 @@ type Mount struct {
 	Base       string `json:"base"`
 	Branch     string `json:"branch"`
 }
-
-// Ops, with k7d's names.
-const (
-	OpPing         = "ping"
-	OpTreeCreate   = "tree_create"
-	OpTreeFork     = "tree_fork"
-	OpTreeForkBat  = "tree_fork_batch"
-	OpTreeCommit   = "tree_commit"
-	OpTreeAbort    = "tree_abort"
-	OpTreeRollback = "tree_rollback"
-	OpTreeProtect  = "tree_protect"
-	OpTreeUnprot   = "tree_unprotect"
-	OpTreePrune    = "tree_prune"
-	OpTreeSuspend  = "tree_suspend"
-	OpTreeResume   = "tree_resume"
-	OpTreeEvict    = "tree_auto_evict"
-	OpTreeNodes    = "tree_nodes"
-	OpTreeList     = "tree_list"
-	OpTreeWatch    = "tree_watch"
-	// OpTreeDrop forgets a tree but keeps it on disk (tree_open reloads it).
-	OpTreeDrop = "tree_drop"
-	// OpTreeDelete removes a tree for good: its nodes, its layers and its
-	// metadata (the base directory stays as it is).
-	OpTreeDelete = "tree_delete"
-	OpTreeOpen   = "tree_open"
-	// OpShutdown asks the daemon to exit (arbor daemon stop); only root and
-	// the daemon's own uid may, and only over the socket.
-	OpShutdown = "shutdown"
-)
 
 // Fork is one child made by a fork.
 type Fork struct {

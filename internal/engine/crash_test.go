@@ -77,7 +77,7 @@ func TestCrashHelper(t *testing.T) {
 			}
 		case 2:
 			say("begin fork %s", pick)
-			f, err := e.Do(ctx, api.Request{Op: api.OpTreeForkBat, TreeID: "c", SourceID: pick, Labels: []string{"a", "b"}})
+			f, err := e.Do(ctx, api.Request{Op: api.OpTreeForkBatch, TreeID: "c", SourceID: pick, Labels: []string{"a", "b"}})
 			if err == nil {
 				say("ack fork %s %s %s", pick, f.Forks[0].NodeID, f.Forks[1].NodeID)
 			}
@@ -88,7 +88,7 @@ func TestCrashHelper(t *testing.T) {
 				say("ack %s %s", op, pick)
 			}
 		case 4:
-			op := []string{api.OpTreeSuspend, api.OpTreeResume, api.OpTreeProtect, api.OpTreeUnprot, api.OpTreeEvict}[r.IntN(5)]
+			op := []string{api.OpTreeSuspend, api.OpTreeResume, api.OpTreeProtect, api.OpTreeUnprotect, api.OpTreeAutoEvict}[r.IntN(5)]
 			e.Do(ctx, api.Request{Op: op, TreeID: "c", NodeID: pick})
 		case 5:
 			say("begin commit %s", pick)

@@ -268,25 +268,11 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 	if err := ctx.Err(); err != nil {
 		return api.Response{}, fmt.Errorf("%s: %w: %w", req.Op, api.ErrInternal, err)
 	}
-	switch req.Op {
-	case api.OpPing:
-		return api.Response{Status: "pong", Version: Version}, nil
-	case api.OpTreeCreate:
-		return e.create(ctx, req)
-	case api.OpTreeList:
-		return api.Response{Status: "tree_list", Trees: e.list()}, nil
-	case api.OpTreeOpen:
-		return e.open(ctx, req)
-	case api.OpTreeDrop:
-		return e.drop(req)
-	case api.OpTreeDelete:
-		return e.del(ctx, req)
-	case api.OpTreeWatch:
-		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_watch streams: the face calls Watch")
-	case api.OpTreeFork, api.OpTreeForkBat, api.OpTreeRollback, api.OpTreeCommit, api.OpTreeAbort,
-		api.OpTreePrune, api.OpTreeProtect, api.OpTreeUnprot, api.OpTreeSuspend, api.OpTreeResume,
-		api.OpTreeEvict, api.OpTreeNodes:
-	default:
+	if v, ok := engineVerbs[req.Op]; ok {
+		return v(e, ctx, req)
+	}
+	tv, ok := treeVerbs[req.Op]
+	if !ok {
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "unknown op %q", req.Op)
 	}
 	ts, err := e.get(req.Op, req.TreeID)
@@ -295,26 +281,60 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 	}
 	defer ts.mu.Unlock()
 	defer e.contain(ts, req.Op, &err)
-	switch req.Op {
-	case api.OpTreeFork:
+	return tv(e, ctx, ts, req)
+}
+
+// engineVerbs are the verbs of api's table that the engine serves outside
+// any one tree's lock; treeVerbs those it serves on one tree, under its
+// mutex. TestDispatch checks them against the table.
+var engineVerbs = map[string]func(e *Engine, ctx context.Context, req api.Request) (api.Response, error){
+	api.OpPing: func(e *Engine, ctx context.Context, req api.Request) (api.Response, error) {
+		return api.Response{Status: "pong", Version: Version}, nil
+	},
+	api.OpTreeCreate: (*Engine).create,
+	api.OpTreeList: func(e *Engine, ctx context.Context, req api.Request) (api.Response, error) {
+		return api.Response{Status: "tree_list", Trees: e.list()}, nil
+	},
+	api.OpTreeOpen: (*Engine).open,
+	api.OpTreeDrop: func(e *Engine, ctx context.Context, req api.Request) (api.Response, error) {
+		return e.drop(req)
+	},
+	api.OpTreeDelete: (*Engine).del,
+	api.OpTreeWatch: func(e *Engine, ctx context.Context, req api.Request) (api.Response, error) {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_watch streams: the face calls Watch")
+	},
+}
+
+type treeVerb func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error)
+
+var treeVerbs = map[string]treeVerb{
+	api.OpTreeFork: func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
 		return e.fork(ctx, ts, req, "tree_forked", req.SourceID, []string{req.Label})
-	case api.OpTreeForkBat:
-		return e.fork(ctx, ts, req, "tree_fork_batch", req.SourceID, req.Labels)
-	case api.OpTreeRollback:
+	},
+	api.OpTreeForkBatch: func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
+		return e.fork(ctx, ts, req, api.OpTreeForkBatch, req.SourceID, req.Labels)
+	},
+	api.OpTreeRollback: func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
 		return e.fork(ctx, ts, req, "tree_forked", req.NodeID, []string{req.Label})
-	case api.OpTreeCommit:
-		return e.commit(ctx, ts, req)
-	case api.OpTreeAbort, api.OpTreePrune:
-		return e.remove(ctx, ts, req)
-	case api.OpTreeProtect, api.OpTreeUnprot, api.OpTreeSuspend, api.OpTreeResume:
-		return e.simple(ts, req)
-	case api.OpTreeEvict:
+	},
+	api.OpTreeCommit:    (*Engine).commit,
+	api.OpTreeAbort:     (*Engine).remove,
+	api.OpTreePrune:     (*Engine).remove,
+	api.OpTreeProtect:   simpleVerb,
+	api.OpTreeUnprotect: simpleVerb,
+	api.OpTreeSuspend:   simpleVerb,
+	api.OpTreeResume:    simpleVerb,
+	api.OpTreeAutoEvict: func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
 		return e.evict(ts)
-	case api.OpTreeNodes:
+	},
+	api.OpTreeNodes: func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
 		e.measure(ts)
 		return e.nodesResponse(ts, "tree_node_list"), nil
-	}
-	return api.Response{}, api.Errorf(api.ErrBadRequest, "unknown op %q", req.Op)
+	},
+}
+
+func simpleVerb(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
+	return e.simple(ts, req)
 }
 
 // isAPI reports whether err wraps an api sentinel.

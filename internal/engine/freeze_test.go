@@ -51,7 +51,7 @@ func TestSuspendFreezesFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	do(t, e, api.Request{Op: api.OpTreeCreate, TreeID: "t", Base: base, Budget: &api.Budget{MaxLiveNodes: 3}})
-	do(t, e, api.Request{Op: api.OpTreeForkBat, TreeID: "t", SourceID: "n1", Labels: []string{"a", "b"}})
+	do(t, e, api.Request{Op: api.OpTreeForkBatch, TreeID: "t", SourceID: "n1", Labels: []string{"a", "b"}})
 	do(t, e, api.Request{Op: api.OpTreeSuspend, TreeID: "t", NodeID: "n2"})
 	if !last.readOnly("n2") || last.readOnly("n3") {
 		t.Fatalf("after suspend n2: read-only %v, want n2 only", last.ro)

@@ -49,7 +49,7 @@ func TestPanicReloadsTree(t *testing.T) {
 	do(t, e, api.Request{Op: api.OpTreeFork, TreeID: "bad", SourceID: t1.Root, Label: "kept"})
 
 	armed.Store(true)
-	_, err = e.Do(context.Background(), api.Request{Op: api.OpTreeForkBat, TreeID: "bad", SourceID: t1.Root, Labels: []string{"a", "b"}})
+	_, err = e.Do(context.Background(), api.Request{Op: api.OpTreeForkBatch, TreeID: "bad", SourceID: t1.Root, Labels: []string{"a", "b"}})
 	wantErr(t, err, api.ErrInternal, "fork that panics")
 	armed.Store(false)
 	// The other tree is served at once.

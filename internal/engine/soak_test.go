@@ -34,7 +34,7 @@ func randomVerb(r *rand.Rand, id string, maxID int) api.Request {
 	case 0, 1:
 		return api.Request{Op: api.OpTreeFork, TreeID: id, SourceID: node, Label: "f"}
 	case 2:
-		return api.Request{Op: api.OpTreeForkBat, TreeID: id, SourceID: node, Labels: make([]string, 1+r.IntN(3))}
+		return api.Request{Op: api.OpTreeForkBatch, TreeID: id, SourceID: node, Labels: make([]string, 1+r.IntN(3))}
 	case 3, 4:
 		return api.Request{Op: api.OpTreeCommit, TreeID: id, NodeID: node}
 	case 5:
@@ -44,7 +44,7 @@ func randomVerb(r *rand.Rand, id string, maxID int) api.Request {
 	case 7:
 		return api.Request{Op: api.OpTreeProtect, TreeID: id, NodeID: node}
 	case 8:
-		return api.Request{Op: api.OpTreeUnprot, TreeID: id, NodeID: node}
+		return api.Request{Op: api.OpTreeUnprotect, TreeID: id, NodeID: node}
 	case 9:
 		return api.Request{Op: api.OpTreeSuspend, TreeID: id, NodeID: node}
 	case 10:
@@ -53,7 +53,7 @@ func randomVerb(r *rand.Rand, id string, maxID int) api.Request {
 	if r.IntN(8) != 0 {
 		return api.Request{Op: api.OpTreeRollback, TreeID: id, NodeID: node, Label: "r"}
 	}
-	return api.Request{Op: api.OpTreeEvict, TreeID: id}
+	return api.Request{Op: api.OpTreeAutoEvict, TreeID: id}
 }
 
 // TestSoak: 32 goroutines issue random verbs on one tree (ARBOR_TEST_SOAK,

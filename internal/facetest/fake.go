@@ -115,14 +115,14 @@ func (f *Fake) Do(ctx context.Context, req api.Request) (api.Response, error) {
 	case api.OpTreeOpen:
 		t.dropped = false
 		return api.Response{Status: "tree_opened", TreeID: t.id, Root: t.root}, nil
-	case api.OpTreeEvict:
+	case api.OpTreeAutoEvict:
 		return api.Response{Status: "tree_evicted", Evicted: []string{}}, nil
 	case api.OpTreeFork:
 		if req.Label == "" {
 			return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_fork: label is required")
 		}
 		return f.fork(t, req.SourceID, []string{req.Label}, "tree_forked")
-	case api.OpTreeForkBat:
+	case api.OpTreeForkBatch:
 		if len(req.Labels) == 0 {
 			return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_fork_batch: labels must not be empty")
 		}
@@ -147,7 +147,7 @@ func (f *Fake) Do(ctx context.Context, req api.Request) (api.Response, error) {
 		f.remove(t, n)
 		f.emit(t.id, map[string]string{api.OpTreeAbort: "abort", api.OpTreePrune: "prune"}[req.Op], n.ID)
 		return api.Response{Status: api.StatusOK}, nil
-	case api.OpTreeProtect, api.OpTreeUnprot:
+	case api.OpTreeProtect, api.OpTreeUnprotect:
 		n.Protected = req.Op == api.OpTreeProtect
 		f.emit(t.id, map[bool]string{true: "protect", false: "unprotect"}[n.Protected], n.ID)
 		return api.Response{Status: api.StatusOK}, nil

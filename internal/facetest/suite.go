@@ -235,7 +235,7 @@ func testDropAndDelete(t *testing.T, ctx context.Context, s Setup, e env) {
 func testForkBatch(t *testing.T, ctx context.Context, s Setup, e env) {
 	tree, root := newTree(t, ctx, s, e)
 	labels := []string{"minimal", "rewrite", "skip"}
-	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeForkBat, TreeID: tree, SourceID: root, Labels: labels})
+	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeForkBatch, TreeID: tree, SourceID: root, Labels: labels})
 	if len(r.Forks) != 3 || r.LatencyNS <= 0 {
 		t.Fatalf("fork_batch: got %+v", r)
 	}
@@ -256,13 +256,13 @@ func testForkBatch(t *testing.T, ctx context.Context, s Setup, e env) {
 	if len(n.Nodes) != 6 {
 		t.Fatalf("after forks: %d nodes, want 6", len(n.Nodes))
 	}
-	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeForkBat, TreeID: tree, SourceID: root})
+	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeForkBatch, TreeID: tree, SourceID: root})
 	wantErr(t, err, api.ErrBadRequest, "fork_batch without labels")
 }
 
 func testCommitRace(t *testing.T, ctx context.Context, s Setup, e env) {
 	tree, root := newTree(t, ctx, s, e)
-	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeForkBat, TreeID: tree, SourceID: root, Labels: []string{"a", "b", "c", "d"}})
+	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeForkBatch, TreeID: tree, SourceID: root, Labels: []string{"a", "b", "c", "d"}})
 	// Commit every child at once: exactly one wins, the rest are stale.
 	var wg sync.WaitGroup
 	errs := make([]error, len(r.Forks))
@@ -303,7 +303,7 @@ func testNotFound(t *testing.T, ctx context.Context, s Setup, e env) {
 		{Op: api.OpTreeDrop, TreeID: "nope"},
 		{Op: api.OpTreeFork, TreeID: "nope", SourceID: "n1", Label: "x"},
 		{Op: api.OpTreeCommit, TreeID: "nope", NodeID: "n1"},
-		{Op: api.OpTreeEvict, TreeID: "nope"},
+		{Op: api.OpTreeAutoEvict, TreeID: "nope"},
 	} {
 		_, err := s.Face.Do(ctx, req)
 		wantErr(t, err, api.ErrNotFound, req.Op+" on unknown tree")
@@ -328,7 +328,7 @@ func testProtected(t *testing.T, ctx context.Context, s Setup, e env) {
 	mustDo(t, ctx, s, api.Request{Op: api.OpTreeProtect, TreeID: tree, NodeID: g})
 	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreePrune, TreeID: tree, NodeID: c})
 	wantErr(t, err, api.ErrProtected, "prune over a protected descendant")
-	mustDo(t, ctx, s, api.Request{Op: api.OpTreeUnprot, TreeID: tree, NodeID: g})
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeUnprotect, TreeID: tree, NodeID: g})
 	mustDo(t, ctx, s, api.Request{Op: api.OpTreePrune, TreeID: tree, NodeID: c})
 	n := mustDo(t, ctx, s, api.Request{Op: api.OpTreeNodes, TreeID: tree})
 	if len(n.Nodes) != 1 {
@@ -346,7 +346,7 @@ func testBadState(t *testing.T, ctx context.Context, s Setup, e env) {
 	if r.NodeID != c {
 		t.Fatalf("resume: got %+v", r)
 	}
-	ev := mustDo(t, ctx, s, api.Request{Op: api.OpTreeEvict, TreeID: tree})
+	ev := mustDo(t, ctx, s, api.Request{Op: api.OpTreeAutoEvict, TreeID: tree})
 	if ev.Status != "tree_evicted" {
 		t.Fatalf("auto_evict: got %+v", ev)
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -628,4 +629,103 @@ func TestShutdownEndsStreams(t *testing.T) {
 	if n := f.Watchers(); n != 0 {
 		t.Fatalf("%d engine watches open after shutdown", n)
 	}
+}
+
+// TestOpenAPIMatchesVerbs: openapi.json documents each verb of api's table
+// at its route: the op as operationId, its success status, its body's
+// schema (named as the api type, with the type's fields), and a Response
+// schema holding every reply field.
+func TestOpenAPIMatchesVerbs(t *testing.T) {
+	type op struct {
+		OperationID string                     `json:"operationId"`
+		Responses   map[string]json.RawMessage `json:"responses"`
+		RequestBody struct {
+			Content map[string]struct {
+				Schema struct {
+					Ref string `json:"$ref"`
+				} `json:"schema"`
+			} `json:"content"`
+		} `json:"requestBody"`
+	}
+	var doc struct {
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPIDoc(t), &doc); err != nil {
+		t.Fatal(err)
+	}
+	props := func(name string) []string {
+		var out []string
+		for p := range doc.Components.Schemas[name].Properties {
+			out = append(out, p)
+		}
+		slices.Sort(out)
+		return out
+	}
+	seen := map[string]bool{}
+	for _, v := range api.Verbs() {
+		for _, f := range v.ReplyFields {
+			if !slices.Contains(props("Response"), f) {
+				t.Errorf("%s: reply field %s is not in the Response schema", v.Op, f)
+			}
+		}
+		key := v.Method + " " + v.Path
+		if v.Path == "" || seen[key] {
+			continue
+		}
+		seen[key] = true
+		raw, ok := doc.Paths[v.Path][strings.ToLower(v.Method)]
+		if !ok {
+			t.Errorf("%s: %s is not documented", v.Op, key)
+			continue
+		}
+		var o op
+		if err := json.Unmarshal(raw, &o); err != nil {
+			t.Fatal(err)
+		}
+		if o.OperationID != v.Op {
+			t.Errorf("%s: operationId %q, want the op", key, o.OperationID)
+		}
+		success := "200"
+		if v.Created {
+			success = "201"
+		}
+		if _, ok := o.Responses[success]; !ok {
+			t.Errorf("%s: no %s response documented", v.Op, success)
+		}
+		ref := strings.TrimPrefix(o.RequestBody.Content["application/json"].Schema.Ref, "#/components/schemas/")
+		switch {
+		case v.Body != nil:
+			typ := reflect.TypeOf(v.Body(api.Request{})).Elem()
+			var want []string
+			for i := range typ.NumField() {
+				name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+				want = append(want, name)
+			}
+			slices.Sort(want)
+			if ref != typ.Name() || !slices.Equal(props(ref), want) {
+				t.Errorf("%s: body schema %q %v, want %s %v", v.Op, ref, props(ref), typ.Name(), want)
+			}
+		case v.Method == "POST":
+			if ref != "Empty" || len(props("Empty")) != 0 {
+				t.Errorf("%s: takes no body, documented as %q", v.Op, ref)
+			}
+		case ref != "":
+			t.Errorf("%s: takes no body, documented as %q", v.Op, ref)
+		}
+	}
+}
+
+func openAPIDoc(t *testing.T) []byte {
+	t.Helper()
+	base := serve(t, facetest.NewFake(), httpapi.Config{})
+	st, _, b := call(t, newHTTPClient(t), "GET", base+"/v1/openapi.json", "", "")
+	if st != 200 {
+		t.Fatalf("openapi.json: HTTP %d", st)
+	}
+	return b
 }

@@ -32,7 +32,7 @@ type Handler interface {
 const DefaultMaxLineBytes = 1 << 20
 
 // StatusEvent is the status of a streamed watch event line.
-const StatusEvent = "tree_event"
+const StatusEvent = api.StatusEvent
 
 // Config configures a Server. Handler is required; the rest have defaults.
 type Config struct {
@@ -394,7 +394,7 @@ func (c *conn) watch(ctx context.Context, req api.Request, start time.Time) bool
 	}
 	c.s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, metrics.CodeOK, time.Since(start))
 	if snap.Status == "" {
-		snap.Status = "tree_watching"
+		snap.Status = api.StatusWatching
 	}
 	if c.reply(snap) != nil {
 		return false
@@ -511,7 +511,7 @@ func Decode(line []byte) (api.Request, error) {
 	if req.Op == "" {
 		return req, api.Errorf(api.ErrBadRequest, `invalid request: no "op"`)
 	}
-	if !knownOps[req.Op] {
+	if !known(req.Op) {
 		return req, api.Errorf(api.ErrBadRequest, "unknown op %q", truncate(req.Op, 64))
 	}
 	return req, nil
@@ -541,21 +541,16 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// knownOps are the ops the face passes to the Handler. Keeping the list here
-// bounds the op label of the metrics and keeps junk away from the engine.
-var knownOps = map[string]bool{
-	api.OpPing: true, api.OpTreeCreate: true, api.OpTreeFork: true, api.OpTreeForkBat: true,
-	api.OpTreeCommit: true, api.OpTreeAbort: true, api.OpTreeRollback: true, api.OpTreeProtect: true,
-	api.OpTreeUnprot: true, api.OpTreePrune: true, api.OpTreeSuspend: true, api.OpTreeResume: true,
-	api.OpTreeEvict: true, api.OpTreeNodes: true, api.OpTreeList: true, api.OpTreeWatch: true,
-	api.OpTreeDrop: true, api.OpTreeDelete: true, api.OpTreeOpen: true,
-	api.OpWsMount: true, api.OpWsUnmount: true, api.OpWsCreate: true, api.OpWsCommit: true,
-	api.OpWsAbort: true, api.OpWsSwitch: true, api.OpWsList: true, api.OpWsDiff: true, api.OpWsMounts: true,
-	api.OpShutdown: true,
+// known reports whether op is in api's verb table: only those reach the
+// Handler, which bounds the op label of the metrics and keeps junk away
+// from the engine.
+func known(op string) bool {
+	_, ok := api.Lookup(op)
+	return ok
 }
 
 func opLabel(op string) string {
-	if knownOps[op] {
+	if known(op) {
 		return op
 	}
 	return metrics.OpUnknown
