@@ -15,6 +15,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/engine/enginetest"
 )
 
 const (
@@ -35,7 +36,7 @@ func TestCrashHelper(t *testing.T) {
 	fmt.Sscan(os.Getenv(crashSeedEnv), &seed)
 	r := rand.New(rand.NewPCG(seed, 7))
 	ctx := context.Background()
-	e, err := engine.New(engine.Config{Home: home, OpenFiles: openDirFiles})
+	e, err := engine.New(engine.Config{Home: home, OpenFiles: enginetest.OpenDirFiles})
 	if err != nil {
 		fmt.Println("fatal", err)
 		os.Exit(2)
@@ -172,7 +173,7 @@ func TestCrash(t *testing.T) {
 		}
 		cmd.Wait()
 		// Reopen and check.
-		e, err := engine.New(engine.Config{Home: home, OpenFiles: openDirFiles})
+		e, err := engine.New(engine.Config{Home: home, OpenFiles: enginetest.OpenDirFiles})
 		if err != nil {
 			t.Fatalf("round %d: reopen: %v", rounds, err)
 		}

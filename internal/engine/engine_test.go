@@ -14,11 +14,12 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/engine/enginetest"
 	"github.com/arbor-dev/arbor/internal/engine/filestest"
 )
 
 func TestDirFilesConformance(t *testing.T) {
-	filestest.Run(t, openDirFiles)
+	filestest.Run(t, enginetest.OpenDirFiles)
 }
 
 type counter struct {
@@ -38,7 +39,7 @@ func (c *counter) OnOp(op string, d time.Duration, err error) {
 
 func newEngine(t testing.TB, home string) *engine.Engine {
 	t.Helper()
-	e, err := engine.New(engine.Config{Home: home, OpenFiles: openDirFiles})
+	e, err := engine.New(engine.Config{Home: home, OpenFiles: enginetest.OpenDirFiles})
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
 	}
@@ -92,7 +93,7 @@ func readFile(t testing.TB, dir, name string) string {
 // writes, the best commits, the siblings go stale, the source has the fix.
 func TestCodingAgentShape(t *testing.T) {
 	obs := &counter{ops: map[string]int{}, err: map[string]int{}}
-	e, err := engine.New(engine.Config{Home: t.TempDir(), OpenFiles: openDirFiles, Observer: obs})
+	e, err := engine.New(engine.Config{Home: t.TempDir(), OpenFiles: enginetest.OpenDirFiles, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestCodingAgentShape(t *testing.T) {
 func TestBudgetAndEviction(t *testing.T) {
 	var tick atomic.Int64
 	clock := func() time.Time { return time.Unix(1_700_000_000+tick.Add(1), 0) }
-	e, err := engine.New(engine.Config{Home: t.TempDir(), OpenFiles: openDirFiles, Now: clock})
+	e, err := engine.New(engine.Config{Home: t.TempDir(), OpenFiles: enginetest.OpenDirFiles, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +341,7 @@ func TestReconcile(t *testing.T) {
 	do(t, e, api.Request{Op: api.OpTreeFork, TreeID: "r", SourceID: fb.Forks[1].NodeID, Label: "under-b"})
 	e.Close()
 	// Behind the engine's back: an orphan branch, and b's branch removed.
-	f, err := openDirFiles(context.Background(), filepath.Join(home, "trees", "r"), base)
+	f, err := enginetest.OpenDirFiles(context.Background(), filepath.Join(home, "trees", "r"), base)
 	if err != nil {
 		t.Fatal(err)
 	}

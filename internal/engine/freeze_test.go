@@ -9,6 +9,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/engine/enginetest"
 )
 
 // freezeFiles is dirFiles that records which branches the engine made
@@ -39,7 +40,7 @@ func TestSuspendFreezesFiles(t *testing.T) {
 	home, base := t.TempDir(), t.TempDir()
 	var last *freezeFiles
 	open := func(ctx context.Context, dir, b string) (engine.Files, error) {
-		f, err := openDirFiles(ctx, dir, b)
+		f, err := enginetest.OpenDirFiles(ctx, dir, b)
 		if err != nil {
 			return nil, err
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/engine/enginetest"
 )
 
 func soakDuration() time.Duration {
@@ -61,7 +62,7 @@ func randomVerb(r *rand.Rand, id string, maxID int) api.Request {
 // events never sees a protected node evicted, and the tree's invariants,
 // metadata and files agree at the end.
 func TestSoak(t *testing.T) {
-	e, err := engine.New(engine.Config{Home: t.TempDir(), OpenFiles: openDirFiles, WatchBuffer: 1 << 20})
+	e, err := engine.New(engine.Config{Home: t.TempDir(), OpenFiles: enginetest.OpenDirFiles, WatchBuffer: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
