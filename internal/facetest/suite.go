@@ -2,8 +2,10 @@ package facetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,10 +28,6 @@ type Setup struct {
 	// POST /v1/trees) and returns the error code of the reply.
 	Raw func(ctx context.Context, body []byte) (code string, err error)
 }
-
-// Start serves fake on a face and returns a client of it; it registers its
-// cleanups on t.
-type Start func(t *testing.T, fake *Fake) Setup
 
 // Handler is what the faces serve (lineapi.Handler and httpapi.Handler).
 type Handler interface {
@@ -84,17 +82,12 @@ var scenarios = []scenario{
 	{"HandlerPanic", testPanic},
 }
 
-// Run runs every scenario, each against a fresh Fake served by start.
-func Run(t *testing.T, start Start) {
-	for _, sc := range scenarios {
-		t.Run(sc.name, func(t *testing.T) {
-			f := NewFake()
-			s := start(t, f)
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			defer cancel()
-			sc.fn(t, ctx, s, env{probe: f, base: "/srv/base", version: Version})
-		})
-	}
+// Run runs every scenario, each against a fresh real engine (NewEngine)
+// served by start.
+func Run(t *testing.T, start StartHandler) {
+	RunTarget(t, func(t *testing.T) Target {
+		return Target{Handler: NewEngine(t).Engine, Base: "/srv/base", Version: Version}
+	}, start)
 }
 
 // RunTarget runs every scenario against a fresh target from newTarget (the
@@ -117,12 +110,20 @@ func RunTarget(t *testing.T, newTarget func(t *testing.T) Target, start StartHan
 // watch counts until the inner handler closes its stream.
 type wrapped struct {
 	h       Handler
-	panicOp atomic.Value // string
-	open    atomic.Int64
+	panicOp atomic.Value   // string
+	open    atomic.Int64   // watches whose inner stream is open
+	wg      sync.WaitGroup // the watches' forwarding goroutines
 }
 
+// SetPanic makes Do panic on op ("" turns it off), to test the faces' recovery.
 func (w *wrapped) SetPanic(op string) { w.panicOp.Store(op) }
-func (w *wrapped) Watchers() int      { return int(w.open.Load()) }
+
+// Watchers reports the watches whose streams the handler has not closed.
+func (w *wrapped) Watchers() int { return int(w.open.Load()) }
+
+// Wait waits until the handler has closed the streams of the watches whose
+// contexts ended.
+func (w *wrapped) Wait() { w.wg.Wait() }
 
 func (w *wrapped) Do(ctx context.Context, req api.Request) (api.Response, error) {
 	if op, _ := w.panicOp.Load().(string); op != "" && req.Op == op {
@@ -138,7 +139,7 @@ func (w *wrapped) Watch(ctx context.Context, treeID string) (api.Response, <-cha
 	}
 	w.open.Add(1)
 	out := make(chan api.Event)
-	go func() {
+	w.wg.Go(func() {
 		defer w.open.Add(-1)
 		defer close(out)
 		for ev := range in {
@@ -148,7 +149,7 @@ func (w *wrapped) Watch(ctx context.Context, treeID string) (api.Response, <-cha
 				// Keep draining: the watch counts until the handler closes in.
 			}
 		}
-	}()
+	})
 	return snap, out, nil
 }
 
@@ -158,7 +159,29 @@ func mustDo(t *testing.T, ctx context.Context, s Setup, req api.Request) api.Res
 	if err != nil {
 		t.Fatalf("%s: %v", req.Op, err)
 	}
+	checkReply(t, req.Op, resp)
 	return resp
+}
+
+// checkReply checks a success reply against api's verb table: its status
+// is the verb's, and it sets only the verb's reply fields.
+func checkReply(t *testing.T, op string, resp api.Response) {
+	t.Helper()
+	v, ok := api.Lookup(op)
+	if !ok {
+		t.Fatalf("%s: not in api's verb table", op)
+	}
+	if resp.Status != v.Reply {
+		t.Errorf("%s: reply status %q, want the table's %q", op, resp.Status, v.Reply)
+	}
+	b, _ := json.Marshal(resp)
+	var fields map[string]json.RawMessage
+	json.Unmarshal(b, &fields)
+	for f := range fields {
+		if f != "status" && !slices.Contains(v.ReplyFields, f) {
+			t.Errorf("%s: reply sets %q, not one of the table's reply fields %v", op, f, v.ReplyFields)
+		}
+	}
 }
 
 func wantErr(t *testing.T, err error, sentinel error, what string) {
@@ -446,10 +469,11 @@ func testWatchNotFound(t *testing.T, ctx context.Context, s Setup, e env) {
 func testConcurrent(t *testing.T, ctx context.Context, s Setup, e env) {
 	tree, root := newTree(t, ctx, s, e)
 	var wg sync.WaitGroup
-	errs := make(chan error, 16*20)
-	for g := range 16 {
+	const goroutines, forks = 16, 8
+	errs := make(chan error, goroutines*forks)
+	for g := range goroutines {
 		wg.Go(func() {
-			for i := range 20 {
+			for i := range forks {
 				r, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: root, Label: fmt.Sprintf("g%d-%d", g, i)})
 				if err != nil {
 					errs <- err
@@ -468,8 +492,8 @@ func testConcurrent(t *testing.T, ctx context.Context, s Setup, e env) {
 		t.Fatal(err)
 	}
 	n := mustDo(t, ctx, s, api.Request{Op: api.OpTreeNodes, TreeID: tree})
-	if len(n.Nodes) != 1+16*20 {
-		t.Fatalf("after concurrent forks: %d nodes, want %d", len(n.Nodes), 1+16*20)
+	if len(n.Nodes) != 1+goroutines*forks {
+		t.Fatalf("after concurrent forks: %d nodes, want %d", len(n.Nodes), 1+goroutines*forks)
 	}
 }
 

@@ -12,10 +12,10 @@ import (
 )
 
 // BenchmarkRoundTripHTTP measures a verb's round trip through the HTTP
-// client over loopback TCP (keep-alive) against the fake engine, with the
+// client over loopback TCP (keep-alive) against the real engine, with the
 // token check, metrics and an audit log on, as in the daemon.
 func BenchmarkRoundTripHTTP(b *testing.B) {
-	f := facetest.NewFake()
+	f := facetest.NewEngine(b)
 	m, _ := metrics.New(metrics.Config{NoRuntime: true})
 	audit := &syncBuf{}
 	base := serve(b, f, httpapi.Config{Token: testToken, Metrics: m, AuditLog: audit})

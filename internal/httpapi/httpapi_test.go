@@ -150,7 +150,7 @@ func wantEnvelope(t *testing.T, what string, status int, b []byte, wantStatus in
 }
 
 func TestScenarios(t *testing.T) {
-	facetest.Run(t, func(t *testing.T, f *facetest.Fake) facetest.Setup {
+	facetest.Run(t, func(t *testing.T, f facetest.Handler) facetest.Setup {
 		base := serve(t, f, httpapi.Config{Token: testToken})
 		hc := newHTTPClient(t)
 		return facetest.Setup{
@@ -177,7 +177,7 @@ func TestScenarios(t *testing.T) {
 }
 
 func TestAuth(t *testing.T) {
-	base := serve(t, facetest.NewFake(), httpapi.Config{Token: testToken})
+	base := serve(t, facetest.NewEngine(t), httpapi.Config{Token: testToken})
 	hc := bareHTTPClient(t)
 	for _, tc := range []struct {
 		name, method, path, header string
@@ -227,7 +227,7 @@ func TestAuth(t *testing.T) {
 }
 
 func TestNewRefuses(t *testing.T) {
-	f := facetest.NewFake()
+	f := facetest.NewEngine(t)
 	for _, tc := range []struct {
 		addr, token string
 		ok          bool
@@ -278,7 +278,7 @@ func TestStatus(t *testing.T) {
 
 // TestOpenAPICodes: the error codes openapi.json lists are api.Codes().
 func TestOpenAPICodes(t *testing.T) {
-	base := serve(t, facetest.NewFake(), httpapi.Config{})
+	base := serve(t, facetest.NewEngine(t), httpapi.Config{})
 	st, _, b := call(t, newHTTPClient(t), "GET", base+"/v1/openapi.json", "", "")
 	if st != 200 {
 		t.Fatalf("openapi.json: HTTP %d", st)
@@ -305,7 +305,7 @@ func TestOpenAPICodes(t *testing.T) {
 }
 
 func TestRouting(t *testing.T) {
-	f := facetest.NewFake()
+	f := facetest.NewEngine(t)
 	base := serve(t, f, httpapi.Config{MaxBodyBytes: 1024})
 	hc := newHTTPClient(t)
 	if st, _, b := call(t, hc, "POST", base+"/v1/trees", "", `{"tree_id":"t","base":"/b"}`); st != 201 {
@@ -358,11 +358,11 @@ func TestRouting(t *testing.T) {
 }
 
 func TestOpenAPIMatchesRoutes(t *testing.T) {
-	s, err := httpapi.New(httpapi.Config{Handler: facetest.NewFake(), Token: testToken})
+	s, err := httpapi.New(httpapi.Config{Handler: facetest.NewEngine(t), Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := serve(t, facetest.NewFake(), httpapi.Config{})
+	base := serve(t, facetest.NewEngine(t), httpapi.Config{})
 	st, _, b := call(t, newHTTPClient(t), "GET", base+"/v1/openapi.json", "", "")
 	if st != 200 {
 		t.Fatalf("openapi.json: HTTP %d", st)
@@ -453,7 +453,7 @@ func TestAuditLog(t *testing.T) {
 			t.Errorf("audit log fd flags %o lack O_APPEND", flags)
 		}
 	}
-	base := serve(t, facetest.NewFake(), httpapi.Config{Token: testToken, AuditLog: f})
+	base := serve(t, facetest.NewEngine(t), httpapi.Config{Token: testToken, AuditLog: f})
 	hc := newHTTPClient(t)
 	call(t, hc, "POST", base+"/v1/trees", testToken, `{"tree_id":"t","base":"/b"}`)
 	call(t, hc, "POST", base+"/v1/trees/t/nodes/n1/fork?x=1", testToken, `{"label":"a"}`)
@@ -514,7 +514,7 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := serve(t, facetest.NewFake(), httpapi.Config{Metrics: m})
+	base := serve(t, facetest.NewEngine(t), httpapi.Config{Metrics: m})
 	hc := newHTTPClient(t)
 	call(t, hc, "POST", base+"/v1/trees", "", `{"tree_id":"t","base":"/b"}`)
 	call(t, hc, "POST", base+"/v1/trees/t/nodes/n1/fork", "", `{"labels":["a","b"]}`)
@@ -546,7 +546,7 @@ func TestMetrics(t *testing.T) {
 // TestWatchSSE reads the raw stream: the snapshot event, then events with
 // ids, as the socket face's JSON lines.
 func TestWatchSSE(t *testing.T) {
-	f := facetest.NewFake()
+	f := facetest.NewEngine(t)
 	base := serve(t, f, httpapi.Config{})
 	hc := newHTTPClient(t)
 	call(t, hc, "POST", base+"/v1/trees", "", `{"tree_id":"t","base":"/b"}`)
@@ -591,7 +591,7 @@ func TestWatchSSE(t *testing.T) {
 // TestShutdownEndsStreams: Serve returns promptly with a watch stream open,
 // and the engine's watch is given back.
 func TestShutdownEndsStreams(t *testing.T) {
-	f := facetest.NewFake()
+	f := facetest.NewEngine(t)
 	f.Do(t.Context(), api.Request{Op: api.OpTreeCreate, TreeID: "t", Base: "/b"})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -722,7 +722,7 @@ func TestOpenAPIMatchesVerbs(t *testing.T) {
 
 func openAPIDoc(t *testing.T) []byte {
 	t.Helper()
-	base := serve(t, facetest.NewFake(), httpapi.Config{})
+	base := serve(t, facetest.NewEngine(t), httpapi.Config{})
 	st, _, b := call(t, newHTTPClient(t), "GET", base+"/v1/openapi.json", "", "")
 	if st != 200 {
 		t.Fatalf("openapi.json: HTTP %d", st)

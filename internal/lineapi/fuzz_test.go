@@ -24,7 +24,7 @@ var knownCodes = func() map[string]bool {
 }()
 
 // FuzzLineAPI feeds arbitrary bytes to one connection's decode and dispatch
-// (against the fake engine, with a tree "t" and node "n1" to hit): it must
+// (against the real engine, with a tree "t" and node "n1" to hit): it must
 // not panic, every reply must be one well-formed JSON line, every error reply
 // must carry a known code and a message, and without a watch every non-blank
 // request line gets exactly one reply.
@@ -42,7 +42,7 @@ func FuzzLineAPI(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		fake := facetest.NewFake()
+		fake := facetest.NewEngine(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if _, err := fake.Do(ctx, api.Request{Op: api.OpTreeCreate, TreeID: "t", Base: "/b"}); err != nil {

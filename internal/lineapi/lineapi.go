@@ -170,8 +170,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		backoff = 0
 		uid, known := connUID(c)
 		if reason, err := cs.admit(uid, known); err != nil {
+			s.cfg.Metrics.Limited(reason) // counted before the client can read why
 			refuse(c, err)
-			s.cfg.Metrics.Limited(reason)
 			if refused++; time.Since(lastLog) >= time.Second {
 				s.log.Warn("lineapi: refusing connections", "refused", refused, "last", err)
 				refused, lastLog = 0, time.Now()
@@ -200,8 +200,8 @@ func (s *Server) drainOne(ln net.Listener, sp *spare) {
 	dl.SetDeadline(time.Now().Add(10 * time.Millisecond)) // never wait for a new one
 	defer dl.SetDeadline(time.Time{})
 	if c, err := ln.Accept(); err == nil {
-		refuse(c, api.Errorf(api.ErrLimit, "arbord: out of file descriptors; retry later"))
 		s.cfg.Metrics.Limited(metrics.LimitFDs)
+		refuse(c, api.Errorf(api.ErrLimit, "arbord: out of file descriptors; retry later"))
 	}
 }
 

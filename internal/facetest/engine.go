@@ -1,0 +1,55 @@
+package facetest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/engine/enginetest"
+)
+
+// Version is what the engine answers to ping.
+const Version = engine.Version
+
+// Engine is the real engine (enginetest.New, over the directory-copy files
+// layer: no FUSE, no root) as the faces serve it, with what their tests
+// need of it besides: a planted panic (SetPanic) and a count of the watches
+// whose streams the engine has not closed yet (Watchers, Wait).
+//
+// A tree's base is a path under the engine's private root: tree_create
+// with base "/b" copies Root()/b, made (with a file a.txt) on first use, so
+// tests can name any absolute base without touching the host's.
+type Engine struct {
+	*wrapped
+	Engine *engine.Engine
+	root   string
+}
+
+// NewEngine returns a real engine closed at t's cleanup.
+func NewEngine(t testing.TB) *Engine {
+	t.Helper()
+	e := &Engine{root: t.TempDir()}
+	e.Engine = enginetest.New(t, engine.Config{OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
+		if !filepath.IsAbs(base) {
+			return nil, api.Errorf(api.ErrBadRequest, "base %q is not absolute", base)
+		}
+		b := filepath.Join(e.root, base)
+		if err := os.MkdirAll(b, 0o755); err != nil {
+			return nil, fmt.Errorf("facetest: base %s: %w", base, err)
+		}
+		if err := os.WriteFile(filepath.Join(b, "a.txt"), []byte("base\n"), 0o644); err != nil {
+			return nil, fmt.Errorf("facetest: base %s: %w", base, err)
+		}
+		return enginetest.OpenDirFiles(ctx, dir, b)
+	}})
+	e.wrapped = &wrapped{h: e.Engine}
+	t.Cleanup(e.Wait) // after the engine's Close (cleanups run last first), which ends every watch
+	return e
+}
+
+// Root is the directory that the bases trees name are under.
+func (e *Engine) Root() string { return e.root }
