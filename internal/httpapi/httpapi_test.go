@@ -149,31 +149,40 @@ func wantEnvelope(t *testing.T, what string, status int, b []byte, wantStatus in
 	return e
 }
 
+// startFace serves h on this face for the suites.
+var startFace facetest.StartHandler = func(t *testing.T, f facetest.Handler) facetest.Setup {
+	base := serve(t, f, httpapi.Config{Token: testToken})
+	hc := newHTTPClient(t)
+	return facetest.Setup{
+		Face: client.NewHTTP(base, testToken, hc),
+		Raw: func(ctx context.Context, body []byte) (string, error) {
+			req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/trees", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+testToken)
+			res, err := hc.Do(req)
+			if err != nil {
+				return "", err
+			}
+			defer res.Body.Close()
+			var e envelope
+			if err := json.NewDecoder(res.Body).Decode(&e); err != nil {
+				return "", err
+			}
+			if res.StatusCode != httpapi.Status(e.Code) {
+				return "", fmt.Errorf("HTTP %d for code %s", res.StatusCode, e.Code)
+			}
+			return e.Code, nil
+		},
+	}
+}
+
 func TestScenarios(t *testing.T) {
-	facetest.Run(t, func(t *testing.T, f facetest.Handler) facetest.Setup {
-		base := serve(t, f, httpapi.Config{Token: testToken})
-		hc := newHTTPClient(t)
-		return facetest.Setup{
-			Face: client.NewHTTP(base, testToken, hc),
-			Raw: func(ctx context.Context, body []byte) (string, error) {
-				req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/trees", bytes.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+testToken)
-				res, err := hc.Do(req)
-				if err != nil {
-					return "", err
-				}
-				defer res.Body.Close()
-				var e envelope
-				if err := json.NewDecoder(res.Body).Decode(&e); err != nil {
-					return "", err
-				}
-				if res.StatusCode != httpapi.Status(e.Code) {
-					return "", fmt.Errorf("HTTP %d for code %s", res.StatusCode, e.Code)
-				}
-				return e.Code, nil
-			},
-		}
-	})
+	facetest.Run(t, startFace)
+}
+
+// TestErrorTable: every row of api's error table crosses this face as its
+// code and sentinel.
+func TestErrorTable(t *testing.T) {
+	facetest.RunErrors(t, startFace)
 }
 
 func TestAuth(t *testing.T) {
@@ -264,13 +273,21 @@ func TestNewRefuses(t *testing.T) {
 	}
 }
 
-// TestStatus: the face's status of each code is the api error table's.
+// TestStatus: a verb failing with each row of api's error table is
+// answered with the row's HTTP status and code, and the ENOSPC under
+// internal as no_space's 507.
 func TestStatus(t *testing.T) {
+	base := serve(t, facetest.ErrorHandler{}, httpapi.Config{})
+	hc := newHTTPClient(t)
 	for _, k := range api.Errors() {
+		st, _, b := call(t, hc, "GET", base+"/v1/trees/"+k.Code, "", "")
+		wantEnvelope(t, k.Code, st, b, k.HTTPStatus, k.Code)
 		if got := httpapi.Status(k.Code); got != k.HTTPStatus {
 			t.Errorf("Status(%s) = %d, want the table's %d", k.Code, got, k.HTTPStatus)
 		}
 	}
+	st, _, b := call(t, hc, "GET", base+"/v1/trees/"+facetest.CauseENOSPC, "", "")
+	wantEnvelope(t, "ENOSPC under internal", st, b, 507, api.CodeNoSpace)
 	if got := httpapi.Status("weird"); got != 500 {
 		t.Errorf("Status(weird) = %d, want 500", got)
 	}

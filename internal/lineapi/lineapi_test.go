@@ -102,28 +102,37 @@ func rawLines(t testing.TB, path, in string) []api.Response {
 	return out
 }
 
+// startFace serves h on this face for the suites.
+var startFace facetest.StartHandler = func(t *testing.T, f facetest.Handler) facetest.Setup {
+	path := serve(t, f, lineapi.Config{})
+	c, err := client.Dial(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return facetest.Setup{
+		Face: c,
+		Raw: func(ctx context.Context, body []byte) (string, error) {
+			rs := rawLines(t, path, string(body)+"\n")
+			if len(rs) != 1 {
+				return "", fmt.Errorf("%d replies to one line", len(rs))
+			}
+			if rs[0].Status != api.StatusError {
+				return "", fmt.Errorf("reply %+v is not an error", rs[0])
+			}
+			return rs[0].Code, nil
+		},
+	}
+}
+
 func TestScenarios(t *testing.T) {
-	facetest.Run(t, func(t *testing.T, f facetest.Handler) facetest.Setup {
-		path := serve(t, f, lineapi.Config{})
-		c, err := client.Dial(t.Context(), path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return facetest.Setup{
-			Face: c,
-			Raw: func(ctx context.Context, body []byte) (string, error) {
-				rs := rawLines(t, path, string(body)+"\n")
-				if len(rs) != 1 {
-					return "", fmt.Errorf("%d replies to one line", len(rs))
-				}
-				if rs[0].Status != api.StatusError {
-					return "", fmt.Errorf("reply %+v is not an error", rs[0])
-				}
-				return rs[0].Code, nil
-			},
-		}
-	})
+	facetest.Run(t, startFace)
+}
+
+// TestErrorTable: every row of api's error table crosses this face as its
+// code and sentinel.
+func TestErrorTable(t *testing.T) {
+	facetest.RunErrors(t, startFace)
 }
 
 func TestProtocol(t *testing.T) {
