@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
@@ -31,6 +32,10 @@ type Handler interface {
 // DefaultMaxLineBytes bounds one request line.
 const DefaultMaxLineBytes = 1 << 20
 
+// DefaultMaxPendingLineBytes bounds the bytes buffered for incomplete
+// request lines across all connections (see Config.MaxPendingLineBytes).
+const DefaultMaxPendingLineBytes = 64 << 20
+
 // StatusEvent is the status of a streamed watch event line.
 const StatusEvent = api.StatusEvent
 
@@ -48,6 +53,13 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxLineBytes bounds a request line; 0 means DefaultMaxLineBytes.
 	MaxLineBytes int
+	// MaxPendingLineBytes bounds the bytes buffered for incomplete lines
+	// (a line longer than the 4 KiB read buffer, gathered until its
+	// newline) across all connections; 0 means DefaultMaxPendingLineBytes.
+	// A connection whose partial line would take the total past it gets
+	// one "limit" error line and is closed. It must be at least
+	// MaxLineBytes, so that one line of the largest size can be read.
+	MaxPendingLineBytes int64
 	// MaxConns bounds the connections served at once, MaxConnsPerUID those
 	// of one peer uid; past either a new connection gets one "limit" error
 	// line and is closed. 0 means the default of DefaultLimits, derived
@@ -63,9 +75,10 @@ type Config struct {
 
 // Server serves the JSON-lines protocol.
 type Server struct {
-	cfg Config
-	lim Limits
-	log *slog.Logger
+	cfg     Config
+	lim     Limits
+	log     *slog.Logger
+	pending budget // bytes buffered for incomplete lines, all connections
 }
 
 // New validates cfg and returns a Server.
@@ -78,6 +91,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxLineBytes == 0 {
 		cfg.MaxLineBytes = DefaultMaxLineBytes
+	}
+	if cfg.MaxPendingLineBytes == 0 {
+		cfg.MaxPendingLineBytes = max(DefaultMaxPendingLineBytes, int64(cfg.MaxLineBytes))
+	}
+	if cfg.MaxPendingLineBytes < int64(cfg.MaxLineBytes) {
+		return nil, fmt.Errorf("lineapi: Config.MaxPendingLineBytes %d is below MaxLineBytes %d", cfg.MaxPendingLineBytes, cfg.MaxLineBytes)
 	}
 	if cfg.MaxConns < 0 || cfg.MaxConnsPerUID < 0 {
 		return nil, fmt.Errorf("lineapi: Config.MaxConns %d and MaxConnsPerUID %d must not be negative", cfg.MaxConns, cfg.MaxConnsPerUID)
@@ -104,8 +123,12 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, lim: lim, log: log}, nil
+	return &Server{cfg: cfg, lim: lim, log: log, pending: budget{max: cfg.MaxPendingLineBytes}}, nil
 }
+
+// PendingLineBytes is how many bytes the server holds now for incomplete
+// request lines, across all connections (at most MaxPendingLineBytes).
+func (s *Server) PendingLineBytes() int64 { return s.pending.used.Load() }
 
 // Limits returns the connection limits the server enforces.
 func (s *Server) Limits() Limits { return s.lim }
@@ -306,7 +329,15 @@ func (c *conn) serve(ctx context.Context) {
 		// Nothing is in flight while serve waits here: the idle timeout
 		// runs (a request line must arrive whole within it).
 		c.deadline(c.nc.SetReadDeadline)
-		line, err := readLine(c.br, c.s.cfg.MaxLineBytes)
+		line, err := readLine(c.br, c.s.cfg.MaxLineBytes, &c.s.pending)
+		if errors.Is(err, errPendingBudget) {
+			// Waiting for room would not free any: the lines that hold it
+			// wait on their own clients. Refuse this one and go on.
+			c.s.cfg.Metrics.Limited(metrics.LimitLineBudget)
+			c.write(errorResponse(api.Errorf(api.ErrLimit, "arbord: the daemon holds %d bytes of incomplete request lines (its limit); closing this connection with its partial line, retry later", c.s.pending.max)))
+			c.flush()
+			return
+		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			// Whatever part of a line came is not served: say why.
 			c.write(errorResponse(api.Errorf(api.ErrLimit, "arbord: closing the connection after %v with no request (the idle timeout); reconnect to go on", c.idle)))
@@ -457,17 +488,47 @@ func errorResponse(err error) api.Response {
 	return api.Response{Status: api.StatusError, Code: api.Code(err), Message: err.Error()}
 }
 
-var errLineTooLong = errors.New("line too long")
+var (
+	errLineTooLong   = errors.New("line too long")
+	errPendingBudget = errors.New("pending line budget exhausted")
+)
 
-// readLine returns the next line without its newline. A line over max bytes
+// budget counts bytes against a maximum, for any goroutine.
+type budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// reserve takes n bytes, or reports false (taking none) if that would pass max.
+func (b *budget) reserve(n int64) bool {
+	for {
+		u := b.used.Load()
+		if u+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+func (b *budget) release(n int64) { b.used.Add(-n) }
+
+// readLine returns the next line without its newline. A line over maxLen bytes
 // is consumed up to its newline and reported as errLineTooLong. At the end
 // of input it returns the last unterminated line (if any) with the error.
-func readLine(br *bufio.Reader, max int) ([]byte, error) {
+//
+// A line that fits the reader's buffer costs nothing more. A longer one is
+// gathered in a buffer whose capacity is reserved from pending while it
+// grows (and given back when readLine returns); if pending has no room for
+// the next growth, readLine fails with errPendingBudget.
+func readLine(br *bufio.Reader, maxLen int, pending *budget) (line []byte, err error) {
 	var long []byte
+	defer func() { pending.release(int64(cap(long))) }()
 	for {
 		frag, err := br.ReadSlice('\n')
 		if err == nil && long == nil {
-			if len(frag)-1 > max {
+			if len(frag)-1 > maxLen {
 				return nil, errLineTooLong
 			}
 			return frag[:len(frag)-1], nil
@@ -476,7 +537,7 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 		if err == nil {
 			n-- // the newline
 		}
-		if n > max {
+		if n > maxLen {
 			// Too long: discard the rest of the line. A read error is
 			// seen again by the next call.
 			for errors.Is(err, bufio.ErrBufferFull) {
@@ -484,9 +545,21 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 			}
 			return nil, errLineTooLong
 		}
+		if need := len(long) + len(frag); need > cap(long) {
+			// Grow by doubling, but never past what the longest line needs.
+			c := min(max(2*cap(long), need), maxLen+1)
+			if !pending.reserve(int64(c - cap(long))) {
+				return nil, errPendingBudget
+			}
+			grown := make([]byte, len(long), c) // its capacity is what is reserved
+			copy(grown, long)
+			long = grown
+		}
 		long = append(long, frag...)
 		switch {
 		case err == nil:
+			// The caller serves the line after the deferred release: the
+			// budget bounds lines still waiting for their newline.
 			return long[:len(long)-1], nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
