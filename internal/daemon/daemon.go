@@ -17,6 +17,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/access"
+	"github.com/arbor-dev/arbor/internal/audit"
 	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
@@ -38,7 +39,7 @@ type Config struct {
 	// Home/http.token (api.HTTPTokenFile), made at the first start; an
 	// HTTPAddr off loopback needs it given explicitly.
 	Token    string
-	AuditLog string // HTTP audit log path; default Home/audit.log
+	AuditLog string // the audit log of both faces; default Home/audit.log
 	// Passthrough: nil means FUSE passthrough when root.
 	Passthrough *bool
 	Logger      *slog.Logger
@@ -128,8 +129,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	eng = h.eng
 
+	auditFile, err := audit.Open(cfg.AuditLog)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, func() { auditFile.Close() })
+	aud := audit.New(auditFile, log) // one writer for both faces
 	line, err := lineapi.New(lineapi.Config{
-		Path: cfg.Socket, AllowUIDs: cfg.AllowUIDs, Handler: h, Metrics: m, Logger: log,
+		Path: cfg.Socket, AllowUIDs: cfg.AllowUIDs, Handler: h, Metrics: m, Logger: log, Audit: aud,
 		MaxConns: cfg.MaxConns, MaxConnsPerUID: cfg.MaxConnsPerUID, IdleTimeout: cfg.IdleTimeout,
 	})
 	if err != nil {
@@ -145,12 +152,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	wg.Add(1)
 	go func() { defer wg.Done(); errs <- line.Serve(ctx, ln) }()
 	if cfg.HTTPAddr != "" {
-		audit, err := httpapi.OpenAuditLog(cfg.AuditLog)
-		if err != nil {
-			return err
-		}
-		cleanups = append(cleanups, func() { audit.Close() })
-		hs, err := httpapi.New(httpapi.Config{Addr: cfg.HTTPAddr, Token: cfg.Token, Handler: h, Metrics: m, AuditLog: audit, Logger: log, Version: Version})
+		hs, err := httpapi.New(httpapi.Config{Addr: cfg.HTTPAddr, Token: cfg.Token, Handler: h, Metrics: m, Audit: aud, Logger: log, Version: Version})
 		if err != nil {
 			return err
 		}

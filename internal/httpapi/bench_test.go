@@ -6,6 +6,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/audit"
 	"github.com/arbor-dev/arbor/internal/facetest"
 	"github.com/arbor-dev/arbor/internal/httpapi"
 	"github.com/arbor-dev/arbor/internal/metrics"
@@ -17,8 +18,7 @@ import (
 func BenchmarkRoundTripHTTP(b *testing.B) {
 	f := facetest.NewEngine(b)
 	m, _ := metrics.New(metrics.Config{NoRuntime: true})
-	audit := &syncBuf{}
-	base := serve(b, f, httpapi.Config{Token: testToken, Metrics: m, AuditLog: audit})
+	base := serve(b, f, httpapi.Config{Token: testToken, Metrics: m, Audit: audit.New(&syncBuf{}, nil)})
 	c := client.NewHTTP(base, testToken, newHTTPClient(b))
 	ctx := context.Background()
 	if _, err := c.Do(ctx, api.Request{Op: api.OpTreeCreate, TreeID: "t", Base: "/b"}); err != nil {

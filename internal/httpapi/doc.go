@@ -50,9 +50,10 @@
 // compared in constant time (over SHA-256 digests, so the length does not
 // leak either); New refuses a Config without a Token (the daemon generates
 // one when none is given). The token is HTTP's only credential: the paths a
-// request names are checked as the daemon's own user (access.Self). The audit log gets one JSON line per
-// request (time, remote, method, path, status, duration, op, tree, node);
-// never the token or the query string.
+// request names are checked as the daemon's own user (access.Self). The audit log (internal/audit, shared
+// with the socket face) gets one JSON line per request (time, face, remote,
+// method, path, status, error code, duration, op, tree, node); never the
+// token or the query string.
 //
 // # Lifecycle
 //

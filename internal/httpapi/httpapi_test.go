@@ -22,6 +22,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/audit"
 	"github.com/arbor-dev/arbor/internal/facetest"
 	"github.com/arbor-dev/arbor/internal/httpapi"
 	"github.com/arbor-dev/arbor/internal/metrics"
@@ -470,7 +471,7 @@ func TestAuditLog(t *testing.T) {
 			t.Errorf("audit log fd flags %o lack O_APPEND", flags)
 		}
 	}
-	base := serve(t, facetest.NewEngine(t), httpapi.Config{Token: testToken, AuditLog: f})
+	base := serve(t, facetest.NewEngine(t), httpapi.Config{Token: testToken, Audit: audit.New(f, nil)})
 	hc := newHTTPClient(t)
 	call(t, hc, "POST", base+"/v1/trees", testToken, `{"tree_id":"t","base":"/b"}`)
 	call(t, hc, "POST", base+"/v1/trees/t/nodes/n1/fork?x=1", testToken, `{"label":"a"}`)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/access"
+	"github.com/arbor-dev/arbor/internal/audit"
 	"github.com/arbor-dev/arbor/internal/metrics"
 )
 
@@ -49,6 +50,9 @@ type Config struct {
 	Handler   Handler
 	// Metrics counts requests and times them; nil records nothing.
 	Metrics *metrics.Metrics
+	// Audit gets one line per request (its verb, the peer's uid, the
+	// outcome); nil keeps none. The daemon shares one with the HTTP face.
+	Audit *audit.Log
 	// Logger logs recovered panics and accept errors; nil discards.
 	Logger *slog.Logger
 	// MaxLineBytes bounds a request line; 0 means DefaultMaxLineBytes.
@@ -346,7 +350,7 @@ func (c *conn) serve(ctx context.Context) {
 			return
 		}
 		if errors.Is(err, errLineTooLong) {
-			c.s.cfg.Metrics.Observe(metrics.FaceLine, metrics.OpUnknown, api.CodeBadRequest, 0)
+			c.s.record(ctx, api.Request{Op: metrics.OpUnknown}, api.CodeBadRequest, time.Now())
 			if c.reply(errorResponse(api.Errorf(api.ErrBadRequest, "request line longer than %d bytes", c.s.cfg.MaxLineBytes))) != nil {
 				return
 			}
@@ -368,7 +372,7 @@ func (c *conn) handle(ctx context.Context, line []byte) bool {
 	start := time.Now()
 	req, err := Decode(line)
 	if err != nil {
-		c.s.cfg.Metrics.Observe(metrics.FaceLine, opLabel(req.Op), api.CodeBadRequest, time.Since(start))
+		c.s.record(ctx, api.Request{Op: opLabel(req.Op)}, api.CodeBadRequest, start)
 		return c.reply(errorResponse(err)) == nil
 	}
 	if req.Op == api.OpTreeWatch {
@@ -388,8 +392,29 @@ func (s *Server) do(ctx context.Context, req api.Request, start time.Time) api.R
 	} else if resp.Status == "" {
 		resp.Status = api.StatusOK
 	}
-	s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, code, time.Since(start))
+	s.record(ctx, req, code, start)
 	return resp
+}
+
+// record counts and times one request (code metrics.CodeOK or its error
+// code) and writes its audit line.
+func (s *Server) record(ctx context.Context, req api.Request, code string, start time.Time) {
+	d := time.Since(start)
+	s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, code, d)
+	if s.cfg.Audit == nil {
+		return
+	}
+	e := audit.Entry{Face: audit.FaceLine, DurationUS: d.Microseconds(), Op: req.Op, Tree: req.TreeID, Node: req.NodeID}
+	if e.Node == "" {
+		e.Node = req.SourceID
+	}
+	if code != metrics.CodeOK {
+		e.Code = code
+	}
+	if uid, ok := Peer(ctx); ok {
+		e.UID = &uid
+	}
+	s.cfg.Audit.Write(e)
 }
 
 func (s *Server) call(ctx context.Context, req api.Request) (resp api.Response, err error) {
@@ -420,10 +445,10 @@ func (c *conn) watch(ctx context.Context, req api.Request, start time.Time) bool
 	snap, events, err := c.s.callWatch(ctx, req.TreeID)
 	if err != nil {
 		resp := errorResponse(err)
-		c.s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, resp.Code, time.Since(start))
+		c.s.record(ctx, req, resp.Code, start)
 		return c.reply(resp) == nil
 	}
-	c.s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, metrics.CodeOK, time.Since(start))
+	c.s.record(ctx, req, metrics.CodeOK, start)
 	if snap.Status == "" {
 		snap.Status = api.StatusWatching
 	}
