@@ -207,7 +207,7 @@ func Home(getenv func(string) string) string {
 func absPath(p string) (string, error) {
 	a, err := filepath.Abs(p)
 	if err != nil {
-		return "", fmt.Errorf("%w: path %q: %v", api.ErrBadRequest, p, err)
+		return "", fmt.Errorf("%w: path %q: %w", api.ErrBadRequest, p, err)
 	}
 	return a, nil
 }
