@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"io"
 	"testing"
 
 	"github.com/arbor-dev/arbor/api"
@@ -18,7 +19,7 @@ import (
 func BenchmarkRoundTripHTTP(b *testing.B) {
 	f := facetest.NewEngine(b)
 	m, _ := metrics.New(metrics.Config{NoRuntime: true})
-	base := serve(b, f, httpapi.Config{Token: testToken, Metrics: m, Audit: audit.New(&syncBuf{}, nil)})
+	base := serve(b, f, httpapi.Config{Token: testToken, Metrics: m, Audit: audit.New(io.Discard, nil)})
 	c := client.NewHTTP(base, testToken, newHTTPClient(b))
 	ctx := context.Background()
 	if _, err := c.Do(ctx, api.Request{Op: api.OpTreeCreate, TreeID: "t", Base: "/b"}); err != nil {

@@ -1,11 +1,9 @@
 package lineapi_test
 
 import (
-	"context"
 	"errors"
 	"net"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -35,25 +33,8 @@ func TestPendingLineBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(shortTemp(t), "arbord.sock")
-	ln, err := lineapi.Listen(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := lineapi.New(lineapi.Config{Handler: facetest.NewEngine(t), Metrics: m, MaxConns: 2 * conns,
+	path, s := serveServer(t, facetest.NewEngine(t), lineapi.Config{Metrics: m, MaxConns: 2 * conns,
 		MaxLineBytes: 256 << 10, MaxPendingLineBytes: max, IdleTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
 
 	before := heapInUse()
 	line := []byte(`{"op":"ping","label":"` + strings.Repeat("x", partial))

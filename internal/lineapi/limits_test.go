@@ -249,15 +249,7 @@ func TestAcceptOutOfFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
+	run(t, s, ln)
 	c := dial(t, path)
 	r, err := readReply(t, c, 5*time.Second)
 	if err != nil || r.Code != api.CodeLimit || !strings.Contains(r.Message, "out of file descriptors") {

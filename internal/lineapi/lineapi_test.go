@@ -32,6 +32,13 @@ import (
 // failing the test if Serve does not return.
 func serve(t testing.TB, h lineapi.Handler, cfg lineapi.Config) string {
 	t.Helper()
+	path, _ := serveServer(t, h, cfg)
+	return path
+}
+
+// serveServer is serve that also returns the server.
+func serveServer(t testing.TB, h lineapi.Handler, cfg lineapi.Config) (string, *lineapi.Server) {
+	t.Helper()
 	path := filepath.Join(shortTemp(t), "arbord.sock")
 	ln, err := lineapi.Listen(path, cfg.AllowUIDs)
 	if err != nil {
@@ -42,6 +49,13 @@ func serve(t testing.TB, h lineapi.Handler, cfg lineapi.Config) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	run(t, s, ln)
+	return path, s
+}
+
+// run serves ln with s until cleanup, failing the test if Serve fails or
+// does not return.
+func run(t testing.TB, s *lineapi.Server, ln net.Listener) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
@@ -56,7 +70,6 @@ func serve(t testing.TB, h lineapi.Handler, cfg lineapi.Config) string {
 			t.Errorf("Serve did not return after its ctx ended")
 		}
 	})
-	return path
 }
 
 // shortTemp is a temp dir with a short path (sun_path holds 107 bytes).
