@@ -1,7 +1,9 @@
-// Package api holds Arbor's wire types: the requests and replies of the tree
-// verbs, the error codes, and the sentinel errors they map to. Both the
-// daemon's faces and the Go client import it; it imports only the standard
-// library.
+// Package api holds Arbor's wire types and the two tables every face
+// derives from: the verb table (Verbs: each verb's op, reply status,
+// whether it is read-only, its request and reply fields, its HTTP route and
+// body) and the error table (Errors: each sentinel's wire code, HTTP status
+// and errno). Both the daemon's faces and the Go client import it; it
+// imports only the standard library.
 package api
 
 // HTTPTokenFile is the file in the daemon's home ($ARBOR_HOME) that holds

@@ -139,6 +139,10 @@ func (b *RollbackBody) Fill(r *Request) error {
 	return nil
 }
 
+// EventsPath is the HTTP route (GET) of the event stream of every tree, or
+// of one named by ?tree= (tree_watch with no tree id).
+const EventsPath = "/v1/events"
+
 const (
 	treePath = "/v1/trees/{tree}"
 	nodePath = treePath + "/nodes/{node}"

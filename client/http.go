@@ -127,7 +127,7 @@ func decodeHTTP(op string, res *http.Response) (api.Response, error) {
 // Watch streams the events of treeID ("" for every tree) from GET
 // /v1/events until ctx ends or the stream does; the channel is closed then.
 func (c *HTTPClient) Watch(ctx context.Context, treeID string) (<-chan api.Event, error) {
-	path := "/v1/events" // every tree
+	path := api.EventsPath // every tree
 	if treeID != "" {
 		v, _ := api.Lookup(api.OpTreeWatch)
 		var err error

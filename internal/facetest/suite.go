@@ -155,12 +155,31 @@ func (w *wrapped) Watch(ctx context.Context, treeID string) (api.Response, <-cha
 
 func mustDo(t *testing.T, ctx context.Context, s Setup, req api.Request) api.Response {
 	t.Helper()
+	checkRequest(t, req)
 	resp, err := s.Face.Do(ctx, req)
 	if err != nil {
 		t.Fatalf("%s: %v", req.Op, err)
 	}
 	checkReply(t, req.Op, resp)
 	return resp
+}
+
+// checkRequest checks that a request the suite sends sets only its verb's
+// request fields (api's verb table).
+func checkRequest(t *testing.T, req api.Request) {
+	t.Helper()
+	v, ok := api.Lookup(req.Op)
+	if !ok {
+		t.Fatalf("%s: not in api's verb table", req.Op)
+	}
+	b, _ := json.Marshal(req)
+	var fields map[string]json.RawMessage
+	json.Unmarshal(b, &fields)
+	for f := range fields {
+		if f != "op" && !slices.Contains(v.Request, f) {
+			t.Errorf("%s: the request sets %q, not one of the table's request fields %v", req.Op, f, v.Request)
+		}
+	}
 }
 
 // checkReply checks a success reply against api's verb table: its status

@@ -302,7 +302,7 @@ func (s *Server) audit(r *http.Request, rec *recorder, d time.Duration) {
 		return
 	}
 	tree := r.PathValue("tree")
-	if tree == "" && r.URL.Path == "/v1/events" {
+	if tree == "" && r.URL.Path == api.EventsPath {
 		tree = r.URL.Query().Get("tree")
 	}
 	s.cfg.Audit.Write(audit.Entry{

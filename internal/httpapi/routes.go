@@ -47,7 +47,7 @@ func (s *Server) routes() []route {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(openAPI)
 		})},
-		{"GET", "/v1/events", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		{"GET", api.EventsPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s.watch(w, r, r.URL.Query().Get("tree"))
 		})},
 	}
