@@ -53,3 +53,18 @@ func NewEngine(t testing.TB) *Engine {
 
 // Root is the directory that the bases trees name are under.
 func (e *Engine) Root() string { return e.root }
+
+// KeepTree makes sure tree id is loaded (from base) with at most maxNodes
+// nodes: it is deleted and created again when missing, dropped, or larger.
+// Fuzz targets share one engine across inputs and call it before each.
+func (e *Engine) KeepTree(t testing.TB, id, base string, maxNodes int) {
+	t.Helper()
+	ctx := context.Background()
+	if n, err := e.Engine.Do(ctx, api.Request{Op: api.OpTreeNodes, TreeID: id}); err == nil && len(n.Nodes) <= maxNodes {
+		return
+	}
+	e.Engine.Do(ctx, api.Request{Op: api.OpTreeDelete, TreeID: id}) // not_found when it is gone already
+	if _, err := e.Engine.Do(ctx, api.Request{Op: api.OpTreeCreate, TreeID: id, Base: base}); err != nil {
+		t.Fatalf("facetest: tree %s: %v", id, err)
+	}
+}
