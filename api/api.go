@@ -1,124 +1,10 @@
-// Package api holds Arbor's wire types: the requests and replies of the tree
-// verbs, the error codes, and the sentinel errors they map to. Both the
-// daemon's faces and the Go client import it; it imports only the standard
-// library.
+// Package api holds Arbor's wire types and the two tables every face
+// derives from: the verb table (Verbs: each verb's op, reply status,
+// whether it is read-only, its request and reply fields, its HTTP route and
+// body) and the error table (Errors: each sentinel's wire code, HTTP status
+// and errno). Both the daemon's faces and the Go client import it; it
+// imports only the standard library.
 package api
-
-import (
-	"errors"
-	"fmt"
-)
-
-// Error codes carried on the wire in {"status":"error","code":...}.
-const (
-	CodeBadRequest = "bad_request"  // malformed input: unknown op, bad JSON, bad name
-	CodeNotFound   = "not_found"    // unknown tree, node or branch
-	CodeExists     = "exists"       // a tree or branch of that name already exists
-	CodeStale      = "stale"        // lost a first-commit-wins race, or the node is stale
-	CodeBudget     = "budget"       // the verb would exceed a budget that eviction cannot free
-	CodeProtected  = "protected"    // the verb would delete or evict a protected node
-	CodeState      = "bad_state"    // the node is in a state the verb does not apply to
-	CodeBusy       = "busy"         // a resource is in use (an unmount of a busy mount)
-	CodeNoSpace    = "no_space"     // a quota was reached
-	CodeLimit      = "limit"        // a daemon limit: too many connections, or one closed for idling
-	CodeAuth       = "unauthorized" // no or a wrong credential (HTTP token, a uid not admitted to the socket)
-	CodeForbidden  = "forbidden"    // the requester may not name that path (a mountpoint or base rule refused it)
-	// CodeUnavailable: the host cannot do it (no usable /dev/fuse, no
-	// fusermount3); the message says what, arbor doctor how to fix it.
-	CodeUnavailable = "unavailable"
-	CodeInternal    = "internal"
-
-	// CodeNotSupported: the tree's backend does not serve the verb (exec
-	// on a dir tree); the message names a backend that would.
-	CodeNotSupported = "not_supported"
-)
-
-// Sentinel errors. Errors returned by the engine wrap one of these; the faces
-// map them to codes and the client maps codes back, so errors.Is works across
-// the socket.
-var (
-	ErrBadRequest  = errors.New("bad request")
-	ErrNotFound    = errors.New("not found")
-	ErrExists      = errors.New("already exists")
-	ErrStale       = errors.New("stale")
-	ErrBudget      = errors.New("over budget")
-	ErrProtected   = errors.New("protected")
-	ErrState       = errors.New("wrong state")
-	ErrBusy        = errors.New("busy")
-	ErrNoSpace     = errors.New("no space")
-	ErrLimit       = errors.New("limit reached")
-	ErrAuth        = errors.New("unauthorized")
-	ErrForbidden   = errors.New("forbidden")
-	ErrUnavailable = errors.New("unavailable on this host")
-	ErrInternal    = errors.New("internal error")
-
-	ErrNotSupported = errors.New("not supported by this backend")
-)
-
-var codes = []struct {
-	code string
-	err  error
-}{
-	{CodeBadRequest, ErrBadRequest}, {CodeNotFound, ErrNotFound}, {CodeExists, ErrExists},
-	{CodeStale, ErrStale}, {CodeBudget, ErrBudget}, {CodeProtected, ErrProtected},
-	{CodeState, ErrState}, {CodeBusy, ErrBusy}, {CodeNoSpace, ErrNoSpace},
-	{CodeLimit, ErrLimit}, {CodeAuth, ErrAuth}, {CodeForbidden, ErrForbidden}, {CodeUnavailable, ErrUnavailable}, {CodeInternal, ErrInternal},
-	{CodeNotSupported, ErrNotSupported},
-}
-
-// Codes lists every wire code, in the error table's order. Tables derived
-// from the error table (HTTP statuses, errnos, tests) are checked against it.
-func Codes() []string {
-	out := make([]string, len(codes))
-	for i, c := range codes {
-		out[i] = c.code
-	}
-	return out
-}
-
-// Sentinel returns the sentinel error of a wire code, and false for an
-// unknown code.
-func Sentinel(code string) (error, bool) {
-	for _, c := range codes {
-		if c.code == code {
-			return c.err, true
-		}
-	}
-	return nil, false
-}
-
-// Code returns the wire code for err: the code of the first sentinel it wraps,
-// or CodeInternal.
-func Code(err error) string {
-	for _, c := range codes {
-		if errors.Is(err, c.err) {
-			return c.code
-		}
-	}
-	return CodeInternal
-}
-
-// Error is an error received over the wire. It unwraps to the sentinel of its
-// code.
-type Error struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-func (e *Error) Error() string { return e.Message }
-
-// Unwrap returns the sentinel error for the code.
-func (e *Error) Unwrap() error {
-	if err, ok := Sentinel(e.Code); ok {
-		return err
-	}
-	return ErrInternal
-}
-
-// Errorf wraps a sentinel with a message: Errorf(ErrNotFound, "tree %q", id).
-func Errorf(sentinel error, format string, args ...any) error {
-	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), sentinel)
-}
 
 // HTTPTokenFile is the file in the daemon's home ($ARBOR_HOME) that holds
 // the HTTP face's bearer token when arbord was not given one: 64 hex
@@ -212,19 +98,6 @@ type Request struct {
 	NoSwitch bool `json:"no_switch,omitempty"`
 }
 
-// Workspace ops, behind the arbor mount/create/diff/commit/abort/switch/list/unmount commands.
-const (
-	OpWsMount   = "ws_mount"
-	OpWsUnmount = "ws_unmount"
-	OpWsCreate  = "ws_create"
-	OpWsCommit  = "ws_commit"
-	OpWsAbort   = "ws_abort"
-	OpWsSwitch  = "ws_switch"
-	OpWsList    = "ws_list"
-	OpWsDiff    = "ws_diff"
-	OpWsMounts  = "ws_mounts"
-)
-
 // Branch is one branch of a workspace mount, as ws_list reports it.
 type Branch struct {
 	Name    string `json:"name"`
@@ -248,39 +121,6 @@ type Mount struct {
 	TreeID     string `json:"tree_id,omitempty"` // the tree the mount is a view of
 	NodeID     string `json:"node_id,omitempty"` // the node its root shows
 }
-
-// Ops, with k7d's names.
-const (
-	OpPing         = "ping"
-	OpTreeCreate   = "tree_create"
-	OpTreeFork     = "tree_fork"
-	OpTreeForkBat  = "tree_fork_batch"
-	OpTreeCommit   = "tree_commit"
-	OpTreeAbort    = "tree_abort"
-	OpTreeRollback = "tree_rollback"
-	OpTreeProtect  = "tree_protect"
-	OpTreeUnprot   = "tree_unprotect"
-	OpTreePrune    = "tree_prune"
-	OpTreeSuspend  = "tree_suspend"
-	OpTreeResume   = "tree_resume"
-	OpTreeEvict    = "tree_auto_evict"
-	OpTreeNodes    = "tree_nodes"
-	OpTreeList     = "tree_list"
-	OpTreeWatch    = "tree_watch"
-	// OpTreeDrop forgets a tree but keeps it on disk (tree_open reloads it).
-	OpTreeDrop = "tree_drop"
-	// OpTreeDelete removes a tree for good: its nodes, its layers and its
-	// metadata (the base directory stays as it is).
-	OpTreeDelete = "tree_delete"
-	OpTreeOpen   = "tree_open"
-	// OpTreeExec runs a command in a live node's sandbox; its reply is a
-	// stream (StatusExecOutput lines, then one StatusExecExit line), like
-	// tree_watch's.
-	OpTreeExec = "tree_exec"
-	// OpShutdown asks the daemon to exit (arbor daemon stop); only root and
-	// the daemon's own uid may, and only over the socket.
-	OpShutdown = "shutdown"
-)
 
 // Fork is one child made by a fork.
 type Fork struct {

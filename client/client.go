@@ -168,7 +168,7 @@ func (c *Client) Do(ctx context.Context, req api.Request) (api.Response, error) 
 			cn.nc.Close()
 			// An idle connection the daemon closed (a restart) fails at once;
 			// retry once on a fresh one, but only where repeating is harmless.
-			if reused && attempt == 0 && ctx.Err() == nil && readOnly[req.Op] && connGone(err) {
+			if reused && attempt == 0 && ctx.Err() == nil && readOnly(req.Op) && connGone(err) {
 				continue
 			}
 			if ctx.Err() != nil {
@@ -193,9 +193,10 @@ func replyError(resp api.Response) error {
 	return &api.Error{Code: code, Message: resp.Message}
 }
 
-var readOnly = map[string]bool{
-	api.OpPing: true, api.OpTreeNodes: true, api.OpTreeList: true,
-	api.OpWsList: true, api.OpWsDiff: true, api.OpWsMounts: true,
+// readOnly: repeating op is harmless (api's verb table says so).
+func readOnly(op string) bool {
+	v, ok := api.Lookup(op)
+	return ok && v.ReadOnly
 }
 
 // bareOpError drops the addresses from a *net.OpError: the daemon binds
@@ -319,7 +320,7 @@ func (c *Client) WatchSnapshot(ctx context.Context, treeID string) (api.Response
 		defer cn.nc.Close()
 		for {
 			resp, err := cn.read()
-			if err != nil || resp.Status != "tree_event" || resp.Event == nil {
+			if err != nil || resp.Status != api.StatusEvent || resp.Event == nil {
 				return
 			}
 			select {

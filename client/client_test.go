@@ -17,14 +17,14 @@ import (
 )
 
 // blocking makes tree_list wait until its ctx ends.
-type blocking struct{ *facetest.Fake }
+type blocking struct{ *facetest.Engine }
 
 func (b blocking) Do(ctx context.Context, req api.Request) (api.Response, error) {
 	if req.Op == api.OpTreeList {
 		<-ctx.Done()
 		return api.Response{}, api.Errorf(api.ErrInternal, "cancelled")
 	}
-	return b.Fake.Do(ctx, req)
+	return b.Engine.Do(ctx, req)
 }
 
 // server runs lineapi for h at path until the returned stop is called (or cleanup).
@@ -64,7 +64,7 @@ func sockPath(t *testing.T) string {
 
 func TestVerbs(t *testing.T) {
 	path := sockPath(t)
-	server(t, path, facetest.NewFake())
+	server(t, path, facetest.NewEngine(t))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	c, err := client.Dial(ctx, path)
@@ -115,12 +115,18 @@ func TestVerbs(t *testing.T) {
 		t.Fatalf("second Commit: %#v is not an *api.Error{stale}", err)
 	}
 	must(c.Abort(ctx, "t", forks[1].NodeID))
-	must(c.Protect(ctx, "t", one.NodeID))
-	if err := c.Prune(ctx, "t", one.NodeID); !errors.Is(err, api.ErrProtected) {
+	if err := c.Protect(ctx, "t", one.NodeID); !errors.Is(err, api.ErrState) {
+		t.Fatalf("Protect a stale node: %v, want ErrState", err)
+	}
+	must(c.Abort(ctx, "t", one.NodeID))
+	keep, err := c.Fork(ctx, "t", root, "keep")
+	must(err)
+	must(c.Protect(ctx, "t", keep.NodeID))
+	if err := c.Prune(ctx, "t", keep.NodeID); !errors.Is(err, api.ErrProtected) {
 		t.Fatalf("Prune protected: %v", err)
 	}
-	must(c.Unprotect(ctx, "t", one.NodeID))
-	must(c.Prune(ctx, "t", one.NodeID))
+	must(c.Unprotect(ctx, "t", keep.NodeID))
+	must(c.Prune(ctx, "t", keep.NodeID))
 	e, err := c.Fork(ctx, "t", root, "e")
 	must(err)
 	must(c.Suspend(ctx, "t", e.NodeID))
@@ -157,7 +163,7 @@ func TestVerbs(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	path := sockPath(t)
-	server(t, path, blocking{facetest.NewFake()})
+	server(t, path, blocking{facetest.NewEngine(t)})
 	c := client.New(path)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
@@ -184,7 +190,7 @@ func TestCancel(t *testing.T) {
 
 func TestReconnect(t *testing.T) {
 	path := sockPath(t)
-	stop := server(t, path, facetest.NewFake())
+	stop := server(t, path, facetest.NewEngine(t))
 	ctx := t.Context()
 	c, err := client.Dial(ctx, path)
 	if err != nil {
@@ -198,7 +204,7 @@ func TestReconnect(t *testing.T) {
 	if _, err := c.Ping(ctx); err == nil {
 		t.Fatal("Ping with the daemon down succeeded")
 	}
-	server(t, path, facetest.NewFake())
+	server(t, path, facetest.NewEngine(t))
 	if _, err := c.Ping(ctx); err != nil {
 		t.Fatalf("Ping after the daemon restarted: %v", err)
 	}
@@ -209,7 +215,7 @@ func TestClosedAndNoDaemon(t *testing.T) {
 	if _, err := client.Dial(t.Context(), path); err == nil {
 		t.Fatal("Dial with no daemon succeeded")
 	}
-	server(t, path, facetest.NewFake())
+	server(t, path, facetest.NewEngine(t))
 	c := client.New(path)
 	c.Close()
 	if _, err := c.Ping(t.Context()); err == nil {
@@ -222,7 +228,7 @@ func TestClosedAndNoDaemon(t *testing.T) {
 
 func TestWatchAllTrees(t *testing.T) {
 	path := sockPath(t)
-	server(t, path, facetest.NewFake())
+	server(t, path, facetest.NewEngine(t))
 	c := client.New(path)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)

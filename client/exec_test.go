@@ -13,7 +13,7 @@ import (
 
 // execer answers tree_exec with its argv on stdout and exit 7, not_supported
 // for tree "dir", and blocks until its ctx ends for tree "slow".
-type execer struct{ *facetest.Fake }
+type execer struct{ facetest.Handler }
 
 func (execer) Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error) {
 	switch req.TreeID {
@@ -33,7 +33,7 @@ func (execer) Exec(ctx context.Context, req api.Request, out func(api.ExecOutput
 
 func TestExec(t *testing.T) {
 	path := sockPath(t)
-	server(t, path, execer{facetest.NewFake()})
+	server(t, path, execer{facetest.NewEngine(t)})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	c := client.New(path)

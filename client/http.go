@@ -50,80 +50,19 @@ func LoadToken(home string) (string, error) {
 	return tok, nil
 }
 
-// route maps a request to its method, path and body.
+// route maps a request to its method, path and body, by api's verb table.
 func route(req api.Request) (method, path string, body any, err error) {
-	t, n := url.PathEscape(req.TreeID), url.PathEscape(req.NodeID)
-	node := "/v1/trees/" + t + "/nodes/" + n
-	needTree := func() error {
-		if req.TreeID == "" {
-			return fmt.Errorf("%s: tree_id is required: %w", req.Op, api.ErrBadRequest)
-		}
-		return nil
+	v, ok := api.Lookup(req.Op)
+	if !ok {
+		return "", "", nil, api.Errorf(api.ErrBadRequest, "unknown op %q", req.Op)
 	}
-	needNode := func() error {
-		if err := needTree(); err != nil {
-			return err
-		}
-		if req.NodeID == "" {
-			return fmt.Errorf("%s: node_id is required: %w", req.Op, api.ErrBadRequest)
-		}
-		return nil
+	if path, err = v.HTTPPath(req, url.PathEscape); err != nil {
+		return "", "", nil, err
 	}
-	switch req.Op {
-	case api.OpPing:
-		return "GET", "/v1/version", nil, nil
-	case api.OpTreeList:
-		return "GET", "/v1/trees", nil, nil
-	case api.OpTreeCreate:
-		return "POST", "/v1/trees", struct {
-			TreeID  string      `json:"tree_id,omitempty"`
-			Base    string      `json:"base"`
-			Backend string      `json:"backend,omitempty"`
-			Budget  *api.Budget `json:"budget,omitempty"`
-		}{req.TreeID, req.Base, req.Backend, req.Budget}, nil
-	case api.OpTreeNodes:
-		return "GET", "/v1/trees/" + t, nil, needTree()
-	case api.OpTreeDelete:
-		return "DELETE", "/v1/trees/" + t, nil, needTree()
-	case api.OpTreeDrop:
-		return "POST", "/v1/trees/" + t + "/drop", nil, needTree()
-	case api.OpTreeOpen:
-		return "POST", "/v1/trees/" + t + "/open", nil, needTree()
-	case api.OpTreeEvict:
-		return "POST", "/v1/trees/" + t + "/evict", nil, needTree()
-	case api.OpTreeFork, api.OpTreeForkBat:
-		if req.SourceID == "" {
-			return "", "", nil, fmt.Errorf("%s: source_id is required: %w", req.Op, api.ErrBadRequest)
-		}
-		path := "/v1/trees/" + t + "/nodes/" + url.PathEscape(req.SourceID) + "/fork"
-		if req.Op == api.OpTreeFork {
-			return "POST", path, struct {
-				Label string `json:"label"`
-			}{req.Label}, needTree()
-		}
-		labels := req.Labels
-		if labels == nil {
-			labels = []string{} // still a batch: the daemon says the list is empty
-		}
-		return "POST", path, struct {
-			Labels []string `json:"labels"`
-		}{labels}, needTree()
-	case api.OpTreeRollback:
-		return "POST", node + "/rollback", struct {
-			Label string `json:"label,omitempty"`
-		}{req.Label}, needNode()
-	case api.OpTreeAbort:
-		return "DELETE", node, nil, needNode()
+	if v.Body != nil {
+		body = v.Body(req)
 	}
-	if verb, ok := nodeVerbs[req.Op]; ok {
-		return "POST", node + "/" + verb, nil, needNode()
-	}
-	return "", "", nil, fmt.Errorf("op %q has no HTTP resource: %w", req.Op, api.ErrBadRequest)
-}
-
-var nodeVerbs = map[string]string{
-	api.OpTreeCommit: "commit", api.OpTreeProtect: "protect", api.OpTreeUnprot: "unprotect",
-	api.OpTreeSuspend: "suspend", api.OpTreeResume: "resume", api.OpTreePrune: "prune",
+	return v.Method, path, body, nil
 }
 
 // Do sends one request to its resource and returns the reply; an error
@@ -188,9 +127,13 @@ func decodeHTTP(op string, res *http.Response) (api.Response, error) {
 // Watch streams the events of treeID ("" for every tree) from GET
 // /v1/events until ctx ends or the stream does; the channel is closed then.
 func (c *HTTPClient) Watch(ctx context.Context, treeID string) (<-chan api.Event, error) {
-	path := "/v1/events"
+	path := api.EventsPath // every tree
 	if treeID != "" {
-		path = "/v1/trees/" + url.PathEscape(treeID) + "/watch"
+		v, _ := api.Lookup(api.OpTreeWatch)
+		var err error
+		if path, err = v.HTTPPath(api.Request{TreeID: treeID}, url.PathEscape); err != nil {
+			return nil, err
+		}
 	}
 	hr, err := c.newRequest(ctx, "GET", path, nil)
 	if err != nil {

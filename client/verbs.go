@@ -37,7 +37,7 @@ func (c *Client) Fork(ctx context.Context, treeID, sourceID, label string) (api.
 // ForkBatch makes one child of source per label under one pause of the
 // source; it returns the children and the daemon-measured batch latency.
 func (c *Client) ForkBatch(ctx context.Context, treeID, sourceID string, labels []string) ([]api.Fork, time.Duration, error) {
-	r, err := c.Do(ctx, api.Request{Op: api.OpTreeForkBat, TreeID: treeID, SourceID: sourceID, Labels: labels})
+	r, err := c.Do(ctx, api.Request{Op: api.OpTreeForkBatch, TreeID: treeID, SourceID: sourceID, Labels: labels})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -87,7 +87,7 @@ func (c *Client) Protect(ctx context.Context, treeID, nodeID string) error {
 
 // Unprotect undoes Protect.
 func (c *Client) Unprotect(ctx context.Context, treeID, nodeID string) error {
-	return c.nodeVerb(ctx, api.OpTreeUnprot, treeID, nodeID)
+	return c.nodeVerb(ctx, api.OpTreeUnprotect, treeID, nodeID)
 }
 
 // Prune deletes node and its subtree, disk included.
@@ -109,7 +109,7 @@ func (c *Client) Resume(ctx context.Context, treeID, nodeID string) (string, err
 // AutoEvict suspends least recently active unprotected nodes until the tree
 // fits its budget, and returns the suspended node ids.
 func (c *Client) AutoEvict(ctx context.Context, treeID string) ([]string, error) {
-	r, err := c.Do(ctx, api.Request{Op: api.OpTreeEvict, TreeID: treeID})
+	r, err := c.Do(ctx, api.Request{Op: api.OpTreeAutoEvict, TreeID: treeID})
 	return r.Evicted, err
 }
 

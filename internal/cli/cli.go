@@ -53,6 +53,10 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	if err == nil {
 		return 0
 	}
+	var pe passExit
+	if errors.As(err, &pe) {
+		return int(pe) // the command said why itself (arbor exec: the child's status)
+	}
 	if cmd == nil {
 		cmd = root
 	}
@@ -123,7 +127,10 @@ otherwise).`,
 	t := e.treeCmd()
 	t.GroupID = "tree"
 	root.AddCommand(t)
-	for _, c := range []*cobra.Command{e.daemonCmd(), e.doctorCmd(), e.demoCmd(), e.benchCmd(), e.pingCmd(), e.versionCmd()} {
+	x := e.execCmd()
+	x.GroupID = "tree"
+	root.AddCommand(x)
+	for _, c := range []*cobra.Command{e.daemonCmd(), e.doctorCmd(), e.demoCmd(), e.benchCmd(), withOps(e.pingCmd(), api.OpPing), e.versionCmd()} {
 		c.GroupID = "other"
 		root.AddCommand(c)
 	}
@@ -185,6 +192,12 @@ func (u usageError) Error() string { return u.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
+// passExit is an exit status passed on with nothing more to say: arbor
+// exec's, the command's own.
+type passExit int
+
+func (c passExit) Error() string { return fmt.Sprintf("exit %d", int(c)) }
+
 // exitError is a failure whose exit code is given (arbor bench fs's).
 type exitError int
 
@@ -207,7 +220,7 @@ func Home(getenv func(string) string) string {
 func absPath(p string) (string, error) {
 	a, err := filepath.Abs(p)
 	if err != nil {
-		return "", fmt.Errorf("%w: path %q: %v", api.ErrBadRequest, p, err)
+		return "", fmt.Errorf("%w: path %q: %w", api.ErrBadRequest, p, err)
 	}
 	return a, nil
 }

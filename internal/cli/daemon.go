@@ -118,7 +118,7 @@ $ARBOR_TOKEN, or the one the daemon keeps in HOME/http.token.`,
 		cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 		return daemon.Run(e.ctx, cfg.Config)
 	}
-	cmd.AddCommand(e.daemonStopCmd())
+	cmd.AddCommand(withOps(e.daemonStopCmd(), api.OpShutdown))
 	return cmd
 }
 

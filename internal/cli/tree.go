@@ -30,21 +30,22 @@ are at its path (arbor tree nodes shows it) while it is live.`,
 		RunE:              helpRunE,
 		ValidArgsFunction: cobra.NoFileCompletions,
 	}
-	t.AddCommand(e.treeCreateCmd(), e.treeForkCmd(), e.treeRollbackCmd())
+	t.AddCommand(withOps(e.treeCreateCmd(), api.OpTreeCreate), withOps(e.treeForkCmd(), api.OpTreeFork, api.OpTreeForkBatch),
+		withOps(e.treeRollbackCmd(), api.OpTreeRollback))
 	for _, v := range []struct{ name, op, short, long, done string }{
 		{"commit", api.OpTreeCommit, "Make a node's state its parent's (first commit wins)",
 			"Applies NODE's changes to its parent atomically and durably (into the base\ndirectory when the parent is the root). The siblings forked at the same point\nbecome stale.", "committed"},
 		{"abort", api.OpTreeAbort, "Drop a node and its subtree", "Drops NODE and every node below it.", "aborted"},
 		{"protect", api.OpTreeProtect, "Never evict or implicitly prune a node", "A protected node is never evicted and refuses the prune of an ancestor.", "protected"},
-		{"unprotect", api.OpTreeUnprot, "Undo protect", "Makes NODE evictable and prunable again.", "unprotected"},
+		{"unprotect", api.OpTreeUnprotect, "Undo protect", "Makes NODE evictable and prunable again.", "unprotected"},
 		{"prune", api.OpTreePrune, "Delete a node and its whole subtree", "Deletes NODE and its subtree; refused if any of them is protected.", "pruned"},
 		{"suspend", api.OpTreeSuspend, "Put a live node's state on disk", "Suspends NODE: its state stays on disk, costs no RAM, and its files are not\nwritable until resume.", "suspended"},
 		{"resume", api.OpTreeResume, "Make a suspended node live again", "Resumes NODE: live and writable again at its path.", "resumed"},
 	} {
-		t.AddCommand(e.nodeVerbCmd(v.name, v.op, v.short, v.long, v.done))
+		t.AddCommand(withOps(e.nodeVerbCmd(v.name, v.op, v.short, v.long, v.done), v.op))
 	}
 	for _, v := range []struct{ name, op, short, long string }{
-		{"evict", api.OpTreeEvict, "Suspend least recently used nodes now, as budget pressure would",
+		{"evict", api.OpTreeAutoEvict, "Suspend least recently used nodes now, as budget pressure would",
 			"Suspends the least recently used unprotected live nodes while the tree is over\n85% of its RAM budget; never deletes state."},
 		{"nodes", api.OpTreeNodes, "A tree's nodes, their state and paths", "Lists TREE's nodes with parent, state, label, protection, disk use and path,\nand the tree's usage against its budget."},
 		{"drop", api.OpTreeDrop, "Forget a tree but keep it on disk",
@@ -53,9 +54,9 @@ are at its path (arbor tree nodes shows it) while it is live.`,
 			"Removes TREE for good: every node, the layers on disk and the tree's metadata.\nThe base directory is left as it is (committed changes stay in it). Loaded or\ndropped trees alike."},
 		{"open", api.OpTreeOpen, "Load a dropped tree from disk", "Loads TREE again after arbor tree drop (or a failed reopen at start)."},
 	} {
-		t.AddCommand(e.treeIDCmd(v.name, v.op, v.short, v.long))
+		t.AddCommand(withOps(e.treeIDCmd(v.name, v.op, v.short, v.long), v.op))
 	}
-	t.AddCommand(e.treeListCmd(), e.treeWatchCmd())
+	t.AddCommand(withOps(e.treeListCmd(), api.OpTreeList), withOps(e.treeWatchCmd(), api.OpTreeWatch))
 	return t
 }
 
@@ -156,7 +157,7 @@ writes. Give --label or --labels, not both.`,
 			if len(labels) == 0 {
 				return usagef("--labels: no labels given")
 			}
-			req = api.Request{Op: api.OpTreeForkBat, TreeID: args[0], SourceID: args[1], Labels: labels}
+			req = api.Request{Op: api.OpTreeForkBatch, TreeID: args[0], SourceID: args[1], Labels: labels}
 		}
 		return e.treeDo(req, out, printForks)
 	}
@@ -197,6 +198,20 @@ func printForks(w io.Writer, resp api.Response) {
 	}
 }
 
+// opsKey is the annotation naming the api verbs a command sends
+// (comma-separated); TestEveryVerbHasACommand checks them against api's
+// verb table.
+const opsKey = "arbor.ops"
+
+// withOps records on cmd the api verbs it sends.
+func withOps(cmd *cobra.Command, ops ...string) *cobra.Command {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[opsKey] = strings.Join(ops, ",")
+	return cmd
+}
+
 // nodeVerbCmd is a verb of the form VERB TREE NODE.
 func (e *env) nodeVerbCmd(name, op, short, long, done string) *cobra.Command {
 	cmd := &cobra.Command{
@@ -234,7 +249,7 @@ func (e *env) treeIDCmd(name, op, short, long string) *cobra.Command {
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return e.treeDo(api.Request{Op: op, TreeID: args[0]}, out, func(w io.Writer, resp api.Response) {
 			switch op {
-			case api.OpTreeEvict:
+			case api.OpTreeAutoEvict:
 				if len(resp.Evicted) == 0 {
 					fmt.Fprintln(w, "nothing to evict")
 				} else {

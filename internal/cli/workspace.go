@@ -16,22 +16,22 @@ import (
 // workspaceCmds are the commands on a workspace mount.
 func (e *env) workspaceCmds() []*cobra.Command {
 	return []*cobra.Command{
-		e.mountCmd(), e.createCmd(),
+		withOps(e.mountCmd(), api.OpWsMount), withOps(e.createCmd(), api.OpWsCreate),
 		e.mpCmd("diff", api.OpWsDiff, "Added, modified and deleted paths of a branch since its fork point",
 			"Lists what BRANCH (default: the branch the mount shows) changed against its fork\npoint: A added, M modified, D deleted.",
 			"  arbor diff ~/ws\n  arbor diff ~/ws try-a -o json"),
-		e.commitCmd(),
+		withOps(e.commitCmd(), api.OpWsCommit),
 		e.mpCmd("abort", api.OpWsAbort, "Drop a branch and its subtree",
 			"Drops BRANCH (default: the branch the mount shows) and every branch forked from\nit. A mount that showed it shows its parent afterwards.",
 			"  arbor abort ~/ws try-b"),
-		e.switchCmd(),
+		withOps(e.switchCmd(), api.OpWsSwitch),
 		e.mpCmd("list", api.OpWsList, "The branches of a mount, as a tree with their state",
 			"Prints the branches as an indented tree; * marks the one the mount root shows.",
 			"  arbor list ~/ws"),
 		e.mpCmd("unmount", api.OpWsUnmount, "Unmount a workspace mount",
 			"Unmounts MOUNTPOINT. Its branches stay on disk: arbor mount of the same base\nshows them again. A mount in use (a process's cwd or open file in it) is refused.",
 			"  arbor unmount ~/ws"),
-		e.mountsCmd(),
+		withOps(e.mountsCmd(), api.OpWsMounts),
 	}
 }
 
@@ -186,7 +186,7 @@ func (e *env) mpCmd(name, op, short, long, example string) *cobra.Command {
 			}
 		})
 	}
-	return cmd
+	return withOps(cmd, op)
 }
 
 func orCurrent(branch string) string {

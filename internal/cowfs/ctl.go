@@ -2,7 +2,6 @@ package cowfs
 
 import (
 	"context"
-	"errors"
 	"os"
 	"strings"
 	"syscall"
@@ -257,34 +256,6 @@ func ctlResult(err error) (int32, syscall.Errno) {
 	return 0, 0
 }
 
-// ctlErrno maps a store error to the errno BranchFS gives.
-func ctlErrno(err error) syscall.Errno {
-	var e syscall.Errno
-	switch {
-	case errors.As(err, &e):
-		return e
-	case errors.Is(err, api.ErrStale):
-		return syscall.ESTALE
-	case errors.Is(err, api.ErrNotFound):
-		return syscall.ENOENT
-	case errors.Is(err, api.ErrExists):
-		return syscall.EEXIST
-	case errors.Is(err, api.ErrBadRequest):
-		return syscall.EINVAL
-	case errors.Is(err, api.ErrNoSpace):
-		return syscall.ENOSPC
-	case errors.Is(err, api.ErrUnavailable), errors.Is(err, api.ErrNotSupported):
-		return syscall.EOPNOTSUPP
-	case errors.Is(err, api.ErrState), errors.Is(err, api.ErrBusy):
-		return syscall.EBUSY
-	case errors.Is(err, api.ErrBudget):
-		return syscall.EDQUOT
-	case errors.Is(err, api.ErrForbidden), errors.Is(err, api.ErrAuth):
-		return syscall.EACCES
-	case errors.Is(err, api.ErrProtected):
-		return syscall.EPERM
-	case errors.Is(err, api.ErrLimit):
-		return syscall.EAGAIN
-	}
-	return syscall.EIO
-}
+// ctlErrno maps a store error to the errno BranchFS gives: the errno it
+// wraps, else its kind's in the api error table.
+func ctlErrno(err error) syscall.Errno { return api.Errno(err) }

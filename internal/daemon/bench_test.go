@@ -77,7 +77,7 @@ func BenchmarkDaemonForkBatch(b *testing.B) {
 			var lat, rt []time.Duration
 			for b.Loop() {
 				start := time.Now()
-				r, err := cl.Do(ctx, api.Request{Op: api.OpTreeForkBat, TreeID: "b", SourceID: root, Labels: labels})
+				r, err := cl.Do(ctx, api.Request{Op: api.OpTreeForkBatch, TreeID: "b", SourceID: root, Labels: labels})
 				rt = append(rt, time.Since(start))
 				if err != nil {
 					b.Fatal(err)

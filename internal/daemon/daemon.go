@@ -16,6 +16,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/access"
+	"github.com/arbor-dev/arbor/internal/audit"
 	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
@@ -37,7 +38,7 @@ type Config struct {
 	// Home/http.token (api.HTTPTokenFile), made at the first start; an
 	// HTTPAddr off loopback needs it given explicitly.
 	Token    string
-	AuditLog string // HTTP audit log path; default Home/audit.log
+	AuditLog string // the audit log of both faces; default Home/audit.log
 	// Passthrough: nil means FUSE passthrough when root.
 	Passthrough *bool
 	Logger      *slog.Logger
@@ -110,7 +111,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	h, closeAll, err := compose(cfg.Home, cfg.Passthrough, ab, log, m)
+	auditFile, err := audit.Open(cfg.AuditLog)
+	if err != nil {
+		return err
+	}
+	defer auditFile.Close() // after the cleanups below: the engine's views audit until it closes
+	aud := audit.New(auditFile, log) // one writer for every face
+	h, closeAll, err := compose(cfg.Home, cfg.Passthrough, ab, log, m, aud)
 	if err != nil {
 		return err
 	}
@@ -128,7 +135,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	eng = h.eng
 
 	line, err := lineapi.New(lineapi.Config{
-		Path: cfg.Socket, AllowUIDs: cfg.AllowUIDs, Handler: h, Metrics: m, Logger: log,
+		Path: cfg.Socket, AllowUIDs: cfg.AllowUIDs, Handler: h, Metrics: m, Logger: log, Audit: aud,
 		MaxConns: cfg.MaxConns, MaxConnsPerUID: cfg.MaxConnsPerUID, IdleTimeout: cfg.IdleTimeout,
 	})
 	if err != nil {
@@ -144,12 +151,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	wg.Add(1)
 	go func() { defer wg.Done(); errs <- line.Serve(ctx, ln) }()
 	if cfg.HTTPAddr != "" {
-		audit, err := httpapi.OpenAuditLog(cfg.AuditLog)
-		if err != nil {
-			return err
-		}
-		cleanups = append(cleanups, func() { audit.Close() })
-		hs, err := httpapi.New(httpapi.Config{Addr: cfg.HTTPAddr, Token: cfg.Token, Handler: h, Metrics: m, AuditLog: audit, Logger: log, Version: Version})
+		hs, err := httpapi.New(httpapi.Config{Addr: cfg.HTTPAddr, Token: cfg.Token, Handler: h, Metrics: m, Audit: aud, Logger: log, Version: Version})
 		if err != nil {
 			return err
 		}
@@ -177,8 +179,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 // layer (the workspace manager) behind a router; closeAll closes the engine.
 //
 // The verbs a view's control files ask for come in through the router as
-// the faces' do, timed and counted as face "ctl" in m (nil: not counted).
-func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Logger, m *metrics.Metrics) (r *router, closeAll func(), err error) {
+// the faces' do, timed and counted as face "ctl" in m and audited in aud
+// (nil: neither).
+func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Logger, m *metrics.Metrics, aud *audit.Log) (r *router, closeAll func(), err error) {
 	rules, err := access.New(access.Config{Home: home})
 	if err != nil {
 		return nil, nil, err
@@ -210,7 +213,16 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 			if err != nil {
 				code = api.Code(err)
 			}
-			m.Observe(metrics.FaceCtl, req.Op, code, time.Since(start))
+			d := time.Since(start)
+			m.Observe(metrics.FaceCtl, req.Op, code, d)
+			e := audit.Entry{Face: audit.FaceCtl, Op: req.Op, Path: req.Mountpoint, Tree: resp.TreeID, Node: resp.NodeID, DurationUS: d.Microseconds()}
+			if err != nil {
+				e.Code = code
+			}
+			if cred, ok := access.FromContext(ctx); ok {
+				e.UID = &cred.UID
+			}
+			aud.Write(e)
 			return resp, err
 		},
 		Logger: log,

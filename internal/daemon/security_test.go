@@ -152,7 +152,7 @@ func TestNoEscape(t *testing.T) {
 	}
 	// Labels are metadata: a fork labelled with a path makes no such path.
 	evil := []string{"../../../../escape-label", "/escape-abs", "..", "a/../../escape-mid"}
-	r := must(api.Request{Op: api.OpTreeForkBat, TreeID: "t", SourceID: tr.Root, Labels: evil})
+	r := must(api.Request{Op: api.OpTreeForkBatch, TreeID: "t", SourceID: tr.Root, Labels: evil})
 	for i, fk := range r.Forks {
 		if fk.Label != evil[i] {
 			t.Errorf("fork %d: label %q, want %q", i, fk.Label, evil[i])

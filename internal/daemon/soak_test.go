@@ -72,7 +72,7 @@ func TestSoakRealDaemon(t *testing.T) {
 				case 0, 1:
 					req = api.Request{Op: api.OpTreeFork, TreeID: id, SourceID: n, Label: "f"}
 				case 2:
-					req = api.Request{Op: api.OpTreeForkBat, TreeID: id, SourceID: n, Labels: []string{"a", "b"}}
+					req = api.Request{Op: api.OpTreeForkBatch, TreeID: id, SourceID: n, Labels: []string{"a", "b"}}
 				case 3:
 					req = api.Request{Op: api.OpTreeCommit, TreeID: id, NodeID: n}
 				case 4:
@@ -80,7 +80,7 @@ func TestSoakRealDaemon(t *testing.T) {
 				case 5:
 					req = api.Request{Op: api.OpTreeProtect, TreeID: id, NodeID: n}
 				case 6:
-					req = api.Request{Op: api.OpTreeUnprot, TreeID: id, NodeID: n}
+					req = api.Request{Op: api.OpTreeUnprotect, TreeID: id, NodeID: n}
 				case 7:
 					req = api.Request{Op: api.OpTreePrune, TreeID: id, NodeID: n}
 				case 8:
@@ -88,7 +88,7 @@ func TestSoakRealDaemon(t *testing.T) {
 				case 9:
 					req = api.Request{Op: api.OpTreeResume, TreeID: id, NodeID: n}
 				case 10:
-					req = api.Request{Op: api.OpTreeEvict, TreeID: id}
+					req = api.Request{Op: api.OpTreeAutoEvict, TreeID: id}
 				default:
 					// Write into a live node's files through its mount.
 					resp, err := cl.Nodes(ctx, id)

@@ -97,6 +97,13 @@ func TestMountIsAViewOfATree(t *testing.T) {
 			t.Errorf("tree_watch showed %v, want %s among them", kinds, want)
 		}
 	}
+	// The control file's verbs are audited as face ctl, with the caller's uid.
+	audit, _ := os.ReadFile(filepath.Join(home, "audit.log"))
+	for _, op := range []string{"ws_create", "ws_commit"} {
+		if !strings.Contains(string(audit), `"face":"ctl","uid":0`) || !strings.Contains(string(audit), `"op":"`+op+`"`) {
+			t.Errorf("the audit log has no ctl line for %s:\n%s", op, audit)
+		}
+	}
 	// The base is held by the mount's tree.
 	if _, err := cl.Do(ctx, api.Request{Op: api.OpTreeCreate, Base: base}); !errors.Is(err, api.ErrExists) || !contains(err, "tree "+id) {
 		t.Errorf("tree_create on a mounted base: %v, want exists naming tree %s", err, id)

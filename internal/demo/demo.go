@@ -297,7 +297,7 @@ func (r *run) setup(ctx context.Context, root string) error {
 	}
 
 	start := time.Now()
-	resp, err := r.call(ctx, api.Request{Op: api.OpTreeForkBat, TreeID: r.treeID, SourceID: src.NodeID, Labels: strategies})
+	resp, err := r.call(ctx, api.Request{Op: api.OpTreeForkBatch, TreeID: r.treeID, SourceID: src.NodeID, Labels: strategies})
 	r.sum.ForkRoundTripNS = time.Since(start).Nanoseconds()
 	if err != nil {
 		return err

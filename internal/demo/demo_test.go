@@ -98,7 +98,7 @@ func (f *fakeDaemon) do(req api.Request) (api.Response, error) {
 		}
 		fk.LatencyNS = time.Since(start).Nanoseconds()
 		return api.Response{Status: "tree_forked", NodeID: fk.NodeID, Path: fk.Path, LatencyNS: fk.LatencyNS}, nil
-	case api.OpTreeForkBat:
+	case api.OpTreeForkBatch:
 		if len(req.Labels) == 0 {
 			return api.Response{}, api.Errorf(api.ErrBadRequest, "no labels")
 		}
@@ -324,7 +324,7 @@ func TestCodingAgent(t *testing.T) {
 		}
 		return n
 	}
-	if count(api.OpTreeCreate) != 1 || count(api.OpTreeFork) != 1 || count(api.OpTreeForkBat) != 1 || count(api.OpTreeCommit) != 1 {
+	if count(api.OpTreeCreate) != 1 || count(api.OpTreeFork) != 1 || count(api.OpTreeForkBatch) != 1 || count(api.OpTreeCommit) != 1 {
 		t.Errorf("ops = %v", ops)
 	}
 	if ops[len(ops)-1] != api.OpTreeDelete {
@@ -497,7 +497,7 @@ func TestCodingAgentFailures(t *testing.T) {
 		{
 			name: "fork batch refused",
 			setup: func(f *fakeDaemon, _ *Config) {
-				f.failOp, f.failErr = api.OpTreeForkBat, api.Errorf(api.ErrBudget, "3 forks > 2 live")
+				f.failOp, f.failErr = api.OpTreeForkBatch, api.Errorf(api.ErrBudget, "3 forks > 2 live")
 			},
 			wantErr: api.ErrBudget,
 		},

@@ -23,7 +23,7 @@ func BenchmarkForkBatch(b *testing.B) {
 			var lat int64
 			ctx := context.Background()
 			for b.Loop() {
-				r, err := e.Do(ctx, api.Request{Op: api.OpTreeForkBat, TreeID: "b", SourceID: "n1", Labels: labels})
+				r, err := e.Do(ctx, api.Request{Op: api.OpTreeForkBatch, TreeID: "b", SourceID: "n1", Labels: labels})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -109,7 +109,7 @@ func BenchmarkForkBatchEngine(b *testing.B) {
 			var lat int64
 			ctx := context.Background()
 			for b.Loop() {
-				r, err := e.Do(ctx, api.Request{Op: api.OpTreeForkBat, TreeID: "b", SourceID: "n1", Labels: labels})
+				r, err := e.Do(ctx, api.Request{Op: api.OpTreeForkBatch, TreeID: "b", SourceID: "n1", Labels: labels})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/engine/enginetest"
 )
 
 const (
@@ -35,7 +36,7 @@ func TestCrashHelper(t *testing.T) {
 	fmt.Sscan(os.Getenv(crashSeedEnv), &seed)
 	r := rand.New(rand.NewPCG(seed, 7))
 	ctx := context.Background()
-	e, err := engine.New(engine.Config{Home: home, OpenFiles: openDirFiles})
+	e, err := engine.New(engine.Config{Home: home, OpenFiles: enginetest.OpenDirFiles})
 	if err != nil {
 		fmt.Println("fatal", err)
 		os.Exit(2)
@@ -77,7 +78,7 @@ func TestCrashHelper(t *testing.T) {
 			}
 		case 2:
 			say("begin fork %s", pick)
-			f, err := e.Do(ctx, api.Request{Op: api.OpTreeForkBat, TreeID: "c", SourceID: pick, Labels: []string{"a", "b"}})
+			f, err := e.Do(ctx, api.Request{Op: api.OpTreeForkBatch, TreeID: "c", SourceID: pick, Labels: []string{"a", "b"}})
 			if err == nil {
 				say("ack fork %s %s %s", pick, f.Forks[0].NodeID, f.Forks[1].NodeID)
 			}
@@ -88,7 +89,7 @@ func TestCrashHelper(t *testing.T) {
 				say("ack %s %s", op, pick)
 			}
 		case 4:
-			op := []string{api.OpTreeSuspend, api.OpTreeResume, api.OpTreeProtect, api.OpTreeUnprot, api.OpTreeEvict}[r.IntN(5)]
+			op := []string{api.OpTreeSuspend, api.OpTreeResume, api.OpTreeProtect, api.OpTreeUnprotect, api.OpTreeAutoEvict}[r.IntN(5)]
 			e.Do(ctx, api.Request{Op: op, TreeID: "c", NodeID: pick})
 		case 5:
 			say("begin commit %s", pick)
@@ -172,7 +173,7 @@ func TestCrash(t *testing.T) {
 		}
 		cmd.Wait()
 		// Reopen and check.
-		e, err := engine.New(engine.Config{Home: home, OpenFiles: openDirFiles})
+		e, err := engine.New(engine.Config{Home: home, OpenFiles: enginetest.OpenDirFiles})
 		if err != nil {
 			t.Fatalf("round %d: reopen: %v", rounds, err)
 		}

@@ -133,7 +133,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Backends = map[string]OpenBackend{BackendDir: OpenDirBackend}
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.Home, "trees"), 0o700); err != nil {
-		return nil, fmt.Errorf("engine home: %w: %v", api.ErrInternal, err)
+		return nil, fmt.Errorf("engine home: %w: %w", api.ErrInternal, err)
 	}
 	m, err := openMeta(filepath.Join(cfg.Home, "trees.db"))
 	if err != nil {
@@ -297,39 +297,20 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 			resp, err = api.Response{}, api.Errorf(api.ErrInternal, "%s: internal error", req.Op)
 		}
 		if err != nil && !isAPI(err) {
-			err = fmt.Errorf("%s: %w: %v", req.Op, api.ErrInternal, err)
+			err = fmt.Errorf("%s: %w: %w", req.Op, api.ErrInternal, err)
 		}
 		if e.cfg.Observer != nil {
 			e.cfg.Observer.OnOp(req.Op, time.Since(start), err)
 		}
 	}()
 	if err := ctx.Err(); err != nil {
-		return api.Response{}, fmt.Errorf("%s: %w: %v", req.Op, api.ErrInternal, err)
+		return api.Response{}, fmt.Errorf("%s: %w: %w", req.Op, api.ErrInternal, err)
 	}
-	switch req.Op {
-	case api.OpPing:
-		return api.Response{Status: "pong", Version: Version}, nil
-	case api.OpTreeCreate:
-		return e.create(ctx, req)
-	case api.OpTreeList:
-		return api.Response{Status: "tree_list", Trees: e.list(ctx)}, nil
-	case api.OpTreeOpen:
-		return e.open(ctx, req)
-	case api.OpTreeDrop:
-		return e.drop(ctx, req)
-	case api.OpTreeDelete:
-		return e.del(ctx, req)
-	case api.OpTreeWatch:
-		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_watch streams: the face calls Watch")
-	case api.OpTreeExec:
-		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_exec streams: the face calls Exec")
-	case api.OpWsMount, api.OpWsUnmount, api.OpWsCreate, api.OpWsCommit, api.OpWsAbort, api.OpWsSwitch,
-		api.OpWsList, api.OpWsDiff, api.OpWsMounts:
-		return e.ws(ctx, req)
-	case api.OpTreeFork, api.OpTreeForkBat, api.OpTreeRollback, api.OpTreeCommit, api.OpTreeAbort,
-		api.OpTreePrune, api.OpTreeProtect, api.OpTreeUnprot, api.OpTreeSuspend, api.OpTreeResume,
-		api.OpTreeEvict, api.OpTreeNodes:
-	default:
+	if v, ok := engineVerbs[req.Op]; ok {
+		return v(e, ctx, req)
+	}
+	tv, ok := treeVerbs[req.Op]
+	if !ok {
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "unknown op %q", req.Op)
 	}
 	ts, err := e.get(req.Op, req.TreeID)
@@ -341,26 +322,72 @@ func (e *Engine) Do(ctx context.Context, req api.Request) (resp api.Response, er
 	if err := e.mayDrive(ctx, req.Op, ts); err != nil {
 		return api.Response{}, err
 	}
-	switch req.Op {
-	case api.OpTreeFork:
+	return tv(e, ctx, ts, req)
+}
+
+// engineVerbs are the verbs of api's table that the engine serves outside
+// any one tree's lock; treeVerbs those it serves on one tree, under its
+// mutex. TestDispatch checks them against the table.
+var engineVerbs = map[string]func(e *Engine, ctx context.Context, req api.Request) (api.Response, error){
+	api.OpPing: func(e *Engine, ctx context.Context, req api.Request) (api.Response, error) {
+		return api.Response{Status: "pong", Version: Version}, nil
+	},
+	api.OpTreeCreate: (*Engine).create,
+	api.OpTreeList: func(e *Engine, ctx context.Context, req api.Request) (api.Response, error) {
+		return api.Response{Status: "tree_list", Trees: e.list(ctx)}, nil
+	},
+	api.OpTreeOpen:   (*Engine).open,
+	api.OpTreeDrop:   (*Engine).drop,
+	api.OpTreeDelete: (*Engine).del,
+	api.OpTreeWatch: func(e *Engine, ctx context.Context, req api.Request) (api.Response, error) {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_watch streams: the face calls Watch")
+	},
+	api.OpTreeExec: func(e *Engine, ctx context.Context, req api.Request) (api.Response, error) {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_exec streams: the face calls Exec")
+	},
+	// The workspace verbs act on a view of a tree (views.go), which they
+	// find, and lock, by its mountpoint.
+	api.OpWsMount:   (*Engine).ws,
+	api.OpWsUnmount: (*Engine).ws,
+	api.OpWsCreate:  (*Engine).ws,
+	api.OpWsCommit:  (*Engine).ws,
+	api.OpWsAbort:   (*Engine).ws,
+	api.OpWsSwitch:  (*Engine).ws,
+	api.OpWsList:    (*Engine).ws,
+	api.OpWsDiff:    (*Engine).ws,
+	api.OpWsMounts:  (*Engine).ws,
+}
+
+type treeVerb func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error)
+
+var treeVerbs = map[string]treeVerb{
+	api.OpTreeFork: func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
 		return e.fork(ctx, ts, req, "tree_forked", req.SourceID, []string{req.Label})
-	case api.OpTreeForkBat:
-		return e.fork(ctx, ts, req, "tree_fork_batch", req.SourceID, req.Labels)
-	case api.OpTreeRollback:
+	},
+	api.OpTreeForkBatch: func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
+		return e.fork(ctx, ts, req, api.OpTreeForkBatch, req.SourceID, req.Labels)
+	},
+	api.OpTreeRollback: func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
 		return e.fork(ctx, ts, req, "tree_forked", req.NodeID, []string{req.Label})
-	case api.OpTreeCommit:
-		return e.commit(ctx, ts, req)
-	case api.OpTreeAbort, api.OpTreePrune:
-		return e.remove(ctx, ts, req)
-	case api.OpTreeProtect, api.OpTreeUnprot, api.OpTreeSuspend, api.OpTreeResume:
-		return e.simple(ts, req)
-	case api.OpTreeEvict:
+	},
+	api.OpTreeCommit:    (*Engine).commit,
+	api.OpTreeAbort:     (*Engine).remove,
+	api.OpTreePrune:     (*Engine).remove,
+	api.OpTreeProtect:   simpleVerb,
+	api.OpTreeUnprotect: simpleVerb,
+	api.OpTreeSuspend:   simpleVerb,
+	api.OpTreeResume:    simpleVerb,
+	api.OpTreeAutoEvict: func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
 		return e.evict(ts)
-	case api.OpTreeNodes:
+	},
+	api.OpTreeNodes: func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
 		e.measure(ts)
 		return e.nodesResponse(ts, "tree_node_list"), nil
-	}
-	return api.Response{}, api.Errorf(api.ErrBadRequest, "unknown op %q", req.Op)
+	},
+}
+
+func simpleVerb(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
+	return e.simple(ts, req)
 }
 
 // isAPI reports whether err wraps an api sentinel.

@@ -14,11 +14,12 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/engine/enginetest"
 	"github.com/arbor-dev/arbor/internal/engine/filestest"
 )
 
 func TestDirFilesConformance(t *testing.T) {
-	filestest.Run(t, openDirFiles)
+	filestest.Run(t, enginetest.OpenDirFiles)
 }
 
 type counter struct {
@@ -38,7 +39,7 @@ func (c *counter) OnOp(op string, d time.Duration, err error) {
 
 func newEngine(t testing.TB, home string) *engine.Engine {
 	t.Helper()
-	e, err := engine.New(engine.Config{Home: home, OpenFiles: openDirFiles})
+	e, err := engine.New(engine.Config{Home: home, OpenFiles: enginetest.OpenDirFiles})
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
 	}
@@ -92,7 +93,7 @@ func readFile(t testing.TB, dir, name string) string {
 // writes, the best commits, the siblings go stale, the source has the fix.
 func TestCodingAgentShape(t *testing.T) {
 	obs := &counter{ops: map[string]int{}, err: map[string]int{}}
-	e, err := engine.New(engine.Config{Home: t.TempDir(), OpenFiles: openDirFiles, Observer: obs})
+	e, err := engine.New(engine.Config{Home: t.TempDir(), OpenFiles: enginetest.OpenDirFiles, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestCodingAgentShape(t *testing.T) {
 		t.Fatalf("root sees %q", got)
 	}
 	src := do(t, e, api.Request{Op: api.OpTreeFork, TreeID: "demo", SourceID: "n1", Label: "source"})
-	fb := do(t, e, api.Request{Op: api.OpTreeForkBat, TreeID: "demo", SourceID: src.NodeID, Labels: []string{"minimal", "rewrite", "skip"}})
+	fb := do(t, e, api.Request{Op: api.OpTreeForkBatch, TreeID: "demo", SourceID: src.NodeID, Labels: []string{"minimal", "rewrite", "skip"}})
 	if fb.Status != "tree_fork_batch" || len(fb.Forks) != 3 || fb.LatencyNS <= 0 {
 		t.Fatalf("fork batch: %+v", fb)
 	}
@@ -151,7 +152,7 @@ func TestCodingAgentShape(t *testing.T) {
 	}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
-	if obs.ops[api.OpTreeForkBat] != 1 || obs.err[api.CodeStale] != 2 || obs.err[api.CodeProtected] != 1 {
+	if obs.ops[api.OpTreeForkBatch] != 1 || obs.err[api.CodeStale] != 2 || obs.err[api.CodeProtected] != 1 {
 		t.Fatalf("observer saw %v %v", obs.ops, obs.err)
 	}
 }
@@ -159,13 +160,13 @@ func TestCodingAgentShape(t *testing.T) {
 func TestBudgetAndEviction(t *testing.T) {
 	var tick atomic.Int64
 	clock := func() time.Time { return time.Unix(1_700_000_000+tick.Add(1), 0) }
-	e, err := engine.New(engine.Config{Home: t.TempDir(), OpenFiles: openDirFiles, Now: clock})
+	e, err := engine.New(engine.Config{Home: t.TempDir(), OpenFiles: enginetest.OpenDirFiles, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
 	do(t, e, api.Request{Op: api.OpTreeCreate, Base: newBase(t), TreeID: "b", Budget: &api.Budget{MaxLiveNodes: 4}})
-	fb := do(t, e, api.Request{Op: api.OpTreeForkBat, TreeID: "b", SourceID: "n1", Labels: []string{"a", "b", "c"}})
+	fb := do(t, e, api.Request{Op: api.OpTreeForkBatch, TreeID: "b", SourceID: "n1", Labels: []string{"a", "b", "c"}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_, events, err := e.Watch(ctx, "b")
@@ -176,7 +177,7 @@ func TestBudgetAndEviction(t *testing.T) {
 		do(t, e, api.Request{Op: api.OpTreeProtect, TreeID: "b", NodeID: f.NodeID})
 	}
 	// 4 live, 2 protected, root in use: one evictable (n2).
-	_, err = e.Do(context.Background(), api.Request{Op: api.OpTreeForkBat, TreeID: "b", SourceID: "n1", Labels: []string{"x", "y"}})
+	_, err = e.Do(context.Background(), api.Request{Op: api.OpTreeForkBatch, TreeID: "b", SourceID: "n1", Labels: []string{"x", "y"}})
 	wantErr(t, err, api.ErrBudget, "fork over budget")
 	if !strings.Contains(err.Error(), "live nodes 4+2 > max 4; evictable 1") {
 		t.Fatalf("message %q lacks the arithmetic", err)
@@ -208,7 +209,7 @@ func TestBudgetAndEviction(t *testing.T) {
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("events %v, want %v", kinds, want)
 	}
-	ev := do(t, e, api.Request{Op: api.OpTreeEvict, TreeID: "b"})
+	ev := do(t, e, api.Request{Op: api.OpTreeAutoEvict, TreeID: "b"})
 	if ev.Status != "tree_evicted" || ev.Evicted == nil {
 		t.Fatalf("auto evict: %+v", ev)
 	}
@@ -250,9 +251,9 @@ func TestBadRequests(t *testing.T) {
 		{api.Request{Op: api.OpTreeFork, TreeID: "t", SourceID: "n1", Label: long}, api.ErrBadRequest},
 		{api.Request{Op: api.OpTreeFork, TreeID: "t", SourceID: "n1", Label: "a\nb"}, api.ErrBadRequest},
 		{api.Request{Op: api.OpTreeFork, TreeID: "t", SourceID: "n1", Label: "\xff"}, api.ErrBadRequest},
-		{api.Request{Op: api.OpTreeForkBat, TreeID: "t", SourceID: "n1"}, api.ErrBadRequest},
-		{api.Request{Op: api.OpTreeForkBat, TreeID: "t", SourceID: "n1", Labels: make([]string, 2000)}, api.ErrBadRequest},
-		{api.Request{Op: api.OpTreeForkBat, TreeID: "t", SourceID: "n1", Labels: make([]string, 9)}, api.ErrBudget},
+		{api.Request{Op: api.OpTreeForkBatch, TreeID: "t", SourceID: "n1"}, api.ErrBadRequest},
+		{api.Request{Op: api.OpTreeForkBatch, TreeID: "t", SourceID: "n1", Labels: make([]string, 2000)}, api.ErrBadRequest},
+		{api.Request{Op: api.OpTreeForkBatch, TreeID: "t", SourceID: "n1", Labels: make([]string, 9)}, api.ErrBudget},
 		{api.Request{Op: api.OpTreeCommit, TreeID: "t"}, api.ErrBadRequest},
 		{api.Request{Op: api.OpTreeCommit, TreeID: "t", NodeID: "n1"}, api.ErrState},
 		{api.Request{Op: api.OpTreeAbort, TreeID: "t", NodeID: "n1"}, api.ErrState},
@@ -283,7 +284,7 @@ func TestPersistenceDropOpen(t *testing.T) {
 	base := newBase(t)
 	e := newEngine(t, home)
 	do(t, e, api.Request{Op: api.OpTreeCreate, Base: base, TreeID: "p"})
-	fb := do(t, e, api.Request{Op: api.OpTreeForkBat, TreeID: "p", SourceID: "n1", Labels: []string{"a", "b"}})
+	fb := do(t, e, api.Request{Op: api.OpTreeForkBatch, TreeID: "p", SourceID: "n1", Labels: []string{"a", "b"}})
 	os.WriteFile(filepath.Join(fb.Forks[0].Path, "a.txt"), []byte("a"), 0o644)
 	do(t, e, api.Request{Op: api.OpTreeSuspend, TreeID: "p", NodeID: fb.Forks[1].NodeID})
 	do(t, e, api.Request{Op: api.OpTreeProtect, TreeID: "p", NodeID: fb.Forks[1].NodeID})
@@ -336,11 +337,11 @@ func TestReconcile(t *testing.T) {
 	base := newBase(t)
 	e := newEngine(t, home)
 	do(t, e, api.Request{Op: api.OpTreeCreate, Base: base, TreeID: "r"})
-	fb := do(t, e, api.Request{Op: api.OpTreeForkBat, TreeID: "r", SourceID: "n1", Labels: []string{"a", "b"}})
+	fb := do(t, e, api.Request{Op: api.OpTreeForkBatch, TreeID: "r", SourceID: "n1", Labels: []string{"a", "b"}})
 	do(t, e, api.Request{Op: api.OpTreeFork, TreeID: "r", SourceID: fb.Forks[1].NodeID, Label: "under-b"})
 	e.Close()
 	// Behind the engine's back: an orphan branch, and b's branch removed.
-	f, err := openDirFiles(context.Background(), filepath.Join(home, "trees", "r"), base)
+	f, err := enginetest.OpenDirFiles(context.Background(), filepath.Join(home, "trees", "r"), base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +416,7 @@ func TestCommitRace(t *testing.T) {
 	do(t, e, api.Request{Op: api.OpTreeCreate, Base: newBase(t), TreeID: "c", Budget: &api.Budget{MaxLiveNodes: 64}})
 	for round := 0; round < 5; round++ {
 		labels := make([]string, 12)
-		fb := do(t, e, api.Request{Op: api.OpTreeForkBat, TreeID: "c", SourceID: "n1", Labels: labels})
+		fb := do(t, e, api.Request{Op: api.OpTreeForkBatch, TreeID: "c", SourceID: "n1", Labels: labels})
 		var wins, stale atomic.Int32
 		var wg sync.WaitGroup
 		for _, f := range fb.Forks {

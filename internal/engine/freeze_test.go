@@ -9,6 +9,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/engine/enginetest"
 )
 
 // freezeFiles is dirFiles that records which branches the engine made
@@ -39,7 +40,7 @@ func TestSuspendFreezesFiles(t *testing.T) {
 	home, base := t.TempDir(), t.TempDir()
 	var last *freezeFiles
 	open := func(ctx context.Context, dir, b string) (engine.Files, error) {
-		f, err := openDirFiles(ctx, dir, b)
+		f, err := enginetest.OpenDirFiles(ctx, dir, b)
 		if err != nil {
 			return nil, err
 		}
@@ -51,7 +52,7 @@ func TestSuspendFreezesFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	do(t, e, api.Request{Op: api.OpTreeCreate, TreeID: "t", Base: base, Budget: &api.Budget{MaxLiveNodes: 3}})
-	do(t, e, api.Request{Op: api.OpTreeForkBat, TreeID: "t", SourceID: "n1", Labels: []string{"a", "b"}})
+	do(t, e, api.Request{Op: api.OpTreeForkBatch, TreeID: "t", SourceID: "n1", Labels: []string{"a", "b"}})
 	do(t, e, api.Request{Op: api.OpTreeSuspend, TreeID: "t", NodeID: "n2"})
 	if !last.readOnly("n2") || last.readOnly("n3") {
 		t.Fatalf("after suspend n2: read-only %v, want n2 only", last.ro)

@@ -68,7 +68,7 @@ func openMeta(path string) (*meta, error) {
 		if err == bolt.ErrTimeout {
 			return nil, api.Errorf(api.ErrBusy, "open %s: held by another process", path)
 		}
-		return nil, fmt.Errorf("open %s: %w: %v", path, api.ErrInternal, err)
+		return nil, fmt.Errorf("open %s: %w: %w", path, api.ErrInternal, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		if _, err := tx.CreateBucketIfNotExists(bucketViews); err != nil {
@@ -79,7 +79,7 @@ func openMeta(path string) (*meta, error) {
 	})
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("init %s: %w: %v", path, api.ErrInternal, err)
+		return nil, fmt.Errorf("init %s: %w: %w", path, api.ErrInternal, err)
 	}
 	return &meta{db: db}, nil
 }
@@ -93,7 +93,7 @@ func dbErr(what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("%s: %w: %v", what, api.ErrInternal, err)
+	return fmt.Errorf("%s: %w: %w", what, api.ErrInternal, err)
 }
 
 func putJSON(b *bolt.Bucket, key []byte, v any) error {
@@ -112,7 +112,7 @@ func (m *meta) trees() ([]treeMeta, error) {
 			b := tx.Bucket(bucketTrees).Bucket(k)
 			var tm treeMeta
 			if err := json.Unmarshal(b.Get(keyMeta), &tm); err != nil {
-				return fmt.Errorf("tree %s meta: %v", k, err)
+				return fmt.Errorf("tree %s meta: %w", k, err)
 			}
 			out = append(out, tm)
 			return nil
@@ -139,12 +139,12 @@ func (m *meta) load(id string) (tm treeMeta, nodes []tree.Node, intent *commitIn
 			return api.Errorf(api.ErrNotFound, "tree %q", id)
 		}
 		if err := json.Unmarshal(b.Get(keyMeta), &tm); err != nil {
-			return fmt.Errorf("meta: %v", err)
+			return fmt.Errorf("meta: %w", err)
 		}
 		if v := b.Get(keyIntent); v != nil {
 			intent = new(commitIntent)
 			if err := json.Unmarshal(v, intent); err != nil {
-				return fmt.Errorf("intent: %v", err)
+				return fmt.Errorf("intent: %w", err)
 			}
 		}
 		nb := b.Bucket(bucketNodes)
@@ -154,14 +154,14 @@ func (m *meta) load(id string) (tm treeMeta, nodes []tree.Node, intent *commitIn
 		return nb.ForEach(func(k, v []byte) error {
 			var n tree.Node
 			if err := json.Unmarshal(v, &n); err != nil {
-				return fmt.Errorf("node %s: %v", k, err)
+				return fmt.Errorf("node %s: %w", k, err)
 			}
 			nodes = append(nodes, n)
 			return nil
 		})
 	})
 	if err != nil && !isAPI(err) {
-		err = fmt.Errorf("load tree %s: %w: %v", id, api.ErrInternal, err)
+		err = fmt.Errorf("load tree %s: %w: %w", id, api.ErrInternal, err)
 	}
 	return tm, nodes, intent, err
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/engine/enginetest"
 )
 
 // panicFiles panics in Fork, after forking, while armed: a bug halfway
@@ -34,7 +35,7 @@ func TestPanicReloadsTree(t *testing.T) {
 	var armed atomic.Bool
 	bad := newBase(t)
 	e, err := engine.New(engine.Config{Home: t.TempDir(), OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
-		f, err := openDirFiles(ctx, dir, base)
+		f, err := enginetest.OpenDirFiles(ctx, dir, base)
 		if err != nil || base != bad {
 			return f, err
 		}
@@ -49,7 +50,7 @@ func TestPanicReloadsTree(t *testing.T) {
 	do(t, e, api.Request{Op: api.OpTreeFork, TreeID: "bad", SourceID: t1.Root, Label: "kept"})
 
 	armed.Store(true)
-	_, err = e.Do(context.Background(), api.Request{Op: api.OpTreeForkBat, TreeID: "bad", SourceID: t1.Root, Labels: []string{"a", "b"}})
+	_, err = e.Do(context.Background(), api.Request{Op: api.OpTreeForkBatch, TreeID: "bad", SourceID: t1.Root, Labels: []string{"a", "b"}})
 	wantErr(t, err, api.ErrInternal, "fork that panics")
 	armed.Store(false)
 	// The other tree is served at once.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/engine/enginetest"
 )
 
 // TestWatchAfterReload: a watcher of a tree whose verb panicked: after
@@ -18,7 +19,7 @@ func TestWatchAfterReload(t *testing.T) {
 	var armed atomic.Bool
 	bad := newBase(t)
 	e, err := engine.New(engine.Config{Home: t.TempDir(), OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
-		f, err := openDirFiles(ctx, dir, base)
+		f, err := enginetest.OpenDirFiles(ctx, dir, base)
 		if err != nil {
 			return f, err
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/engine/enginetest"
 )
 
 const (
@@ -37,7 +38,7 @@ var sandboxCrashPoints = []struct {
 	{"fork: children started, source resumed, before the metadata", "Fork:n1", api.Request{Op: api.OpTreeFork, SourceID: "n1", Label: "x"}},
 	{"suspend: sandbox suspended, before the metadata", "Suspend:n4", api.Request{Op: api.OpTreeSuspend, NodeID: "n4"}},
 	{"resume: sandbox resumed, before the metadata", "Resume:n3", api.Request{Op: api.OpTreeResume, NodeID: "n3"}},
-	{"auto_evict: a sandbox suspended, before the metadata", "Suspend:*", api.Request{Op: api.OpTreeEvict}},
+	{"auto_evict: a sandbox suspended, before the metadata", "Suspend:*", api.Request{Op: api.OpTreeAutoEvict}},
 	{"abort: a leaf stopped, its parent not yet", "Stop:n4", api.Request{Op: api.OpTreeAbort, NodeID: "n2"}},
 	{"prune: the subtree stopped, before the metadata", "Stop:n2", api.Request{Op: api.OpTreePrune, NodeID: "n2"}},
 	{"commit: child suspended, before the intent", "Suspend:n4", api.Request{Op: api.OpTreeCommit, NodeID: "n4"}},
@@ -66,7 +67,7 @@ func TestSandboxCrashHelper(t *testing.T) {
 		}
 	}
 	hb := newHostBackends()
-	e, err := engine.New(engine.Config{Home: home, OpenFiles: openDirFiles, Backends: map[string]engine.OpenBackend{"host": hb.open}})
+	e, err := engine.New(engine.Config{Home: home, OpenFiles: enginetest.OpenDirFiles, Backends: map[string]engine.OpenBackend{"host": hb.open}})
 	if err != nil {
 		fail("%v", err)
 	}
@@ -79,8 +80,8 @@ func TestSandboxCrashHelper(t *testing.T) {
 		fail("create did not crash")
 	}
 	for _, r := range []api.Request{create,
-		{Op: api.OpTreeForkBat, TreeID: "c", SourceID: "n1", Labels: []string{"a", "b"}},
-		{Op: api.OpTreeForkBat, TreeID: "c", SourceID: "n2", Labels: []string{"c", "d"}},
+		{Op: api.OpTreeForkBatch, TreeID: "c", SourceID: "n1", Labels: []string{"a", "b"}},
+		{Op: api.OpTreeForkBatch, TreeID: "c", SourceID: "n2", Labels: []string{"c", "d"}},
 		{Op: api.OpTreeSuspend, TreeID: "c", NodeID: "n3"},
 	} {
 		if _, err := e.Do(ctx, r); err != nil {
@@ -183,7 +184,7 @@ func TestSandboxLoopHelper(t *testing.T) {
 	fmt.Sscan(os.Getenv(sandboxLoopSeed), &seed)
 	r := rand.New(rand.NewPCG(seed, 11))
 	hb := newHostBackends()
-	e, err := engine.New(engine.Config{Home: home, OpenFiles: openDirFiles, Backends: map[string]engine.OpenBackend{"host": hb.open}})
+	e, err := engine.New(engine.Config{Home: home, OpenFiles: enginetest.OpenDirFiles, Backends: map[string]engine.OpenBackend{"host": hb.open}})
 	if err != nil {
 		fmt.Println("fatal", err)
 		os.Exit(2)
@@ -205,8 +206,8 @@ func TestSandboxLoopHelper(t *testing.T) {
 		}
 		pick := nodes.Nodes[r.IntN(len(nodes.Nodes))].ID
 		hb.setRAM(pick, int64(r.IntN(400)))
-		ops := []string{api.OpTreeFork, api.OpTreeForkBat, api.OpTreeCommit, api.OpTreeAbort, api.OpTreePrune,
-			api.OpTreeSuspend, api.OpTreeResume, api.OpTreeEvict, api.OpTreeProtect, api.OpTreeUnprot}
+		ops := []string{api.OpTreeFork, api.OpTreeForkBatch, api.OpTreeCommit, api.OpTreeAbort, api.OpTreePrune,
+			api.OpTreeSuspend, api.OpTreeResume, api.OpTreeAutoEvict, api.OpTreeProtect, api.OpTreeUnprotect}
 		op := ops[r.IntN(len(ops))]
 		e.Do(ctx, api.Request{Op: op, TreeID: "c", NodeID: pick, SourceID: pick, Label: "x", Labels: []string{"a", "b"}})
 	}

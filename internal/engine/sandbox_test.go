@@ -13,11 +13,12 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/engine/enginetest"
 )
 
 func newHostEngine(t testing.TB, home string, hb *hostBackends) *engine.Engine {
 	t.Helper()
-	e, err := engine.New(engine.Config{Home: home, OpenFiles: openDirFiles,
+	e, err := engine.New(engine.Config{Home: home, OpenFiles: enginetest.OpenDirFiles,
 		Backends: map[string]engine.OpenBackend{engine.BackendDir: engine.OpenDirBackend, "host": hb.open}})
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
@@ -217,7 +218,7 @@ func TestExecLease(t *testing.T) {
 			// The mutex is free: other verbs run, on this node too.
 			do(t, e, api.Request{Op: api.OpTreeNodes, TreeID: "h"})
 			do(t, e, api.Request{Op: api.OpTreeProtect, TreeID: "h", NodeID: f.NodeID})
-			do(t, e, api.Request{Op: api.OpTreeUnprot, TreeID: "h", NodeID: f.NodeID})
+			do(t, e, api.Request{Op: api.OpTreeUnprotect, TreeID: "h", NodeID: f.NodeID})
 			hb.calls()
 			do(t, e, api.Request{Op: tc.op, TreeID: "h", NodeID: f.NodeID})
 			ended(t, done, api.ErrState, tc.words)
@@ -247,14 +248,14 @@ func TestExecLease(t *testing.T) {
 func TestForkRAMCost(t *testing.T) {
 	b := &api.Budget{MaxLiveRAMBytes: 250}
 	e, _, _ := hostTree(t, b)
-	_, err := e.Do(context.Background(), api.Request{Op: api.OpTreeForkBat, TreeID: "h", SourceID: "n1", Labels: []string{"a", "b"}})
+	_, err := e.Do(context.Background(), api.Request{Op: api.OpTreeForkBatch, TreeID: "h", SourceID: "n1", Labels: []string{"a", "b"}})
 	wantErr(t, err, api.ErrBudget, "fork of 2 at 100 bytes each beside a root of 100, max 250")
 	if !strings.Contains(err.Error(), "live RAM 100+200 > max 250") {
 		t.Fatalf("budget refusal %q: want the RAM arithmetic", err)
 	}
 	d := newEngine(t, t.TempDir())
 	do(t, d, api.Request{Op: api.OpTreeCreate, TreeID: "d", Base: newBase(t), Budget: b})
-	do(t, d, api.Request{Op: api.OpTreeForkBat, TreeID: "d", SourceID: "n1", Labels: []string{"a", "b"}})
+	do(t, d, api.Request{Op: api.OpTreeForkBatch, TreeID: "d", SourceID: "n1", Labels: []string{"a", "b"}})
 }
 
 // TestRAMEvict: the RAM the backend reports is the tree's; auto-evict
@@ -264,14 +265,14 @@ func TestRAMEvict(t *testing.T) {
 	var mu sync.Mutex
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); clock = clock.Add(time.Second); return clock }
 	home, hb := t.TempDir(), newHostBackends()
-	e, err := engine.New(engine.Config{Home: home, OpenFiles: openDirFiles, Now: now,
+	e, err := engine.New(engine.Config{Home: home, OpenFiles: enginetest.OpenDirFiles, Now: now,
 		Backends: map[string]engine.OpenBackend{"host": hb.open}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
 	do(t, e, api.Request{Op: api.OpTreeCreate, TreeID: "h", Base: newBase(t), Backend: "host", Budget: &api.Budget{MaxLiveRAMBytes: 1000}})
-	do(t, e, api.Request{Op: api.OpTreeForkBat, TreeID: "h", SourceID: "n1", Labels: []string{"a", "b", "c"}}) // n2 n3 n4
+	do(t, e, api.Request{Op: api.OpTreeForkBatch, TreeID: "h", SourceID: "n1", Labels: []string{"a", "b", "c"}}) // n2 n3 n4
 	r := do(t, e, api.Request{Op: api.OpTreeNodes, TreeID: "h"})
 	if r.Usage.LiveRAMBytes != 400 {
 		t.Fatalf("live RAM %d, want 4 nodes at 100", r.Usage.LiveRAMBytes)
@@ -285,7 +286,7 @@ func TestRAMEvict(t *testing.T) {
 	hb.calls()
 	// 900 >= 85% of 1000: suspend the least recently active (n1, the
 	// fork's source, is older than its children) until under it.
-	ev := do(t, e, api.Request{Op: api.OpTreeEvict, TreeID: "h"})
+	ev := do(t, e, api.Request{Op: api.OpTreeAutoEvict, TreeID: "h"})
 	if !slices.Equal(ev.Evicted, []string{"n1"}) {
 		t.Fatalf("evicted %v, want [n1]", ev.Evicted)
 	}
@@ -319,7 +320,7 @@ func TestRAMEvict(t *testing.T) {
 func TestStopOrders(t *testing.T) {
 	e, hb, _ := hostTree(t, nil)
 	hb.calls()
-	do(t, e, api.Request{Op: api.OpTreeForkBat, TreeID: "h", SourceID: "n1", Labels: []string{"a", "b"}}) // n2 n3
+	do(t, e, api.Request{Op: api.OpTreeForkBatch, TreeID: "h", SourceID: "n1", Labels: []string{"a", "b"}}) // n2 n3
 	want := []string{"pause n1", "files-forked n1", "start-child n2", "start-child n3", "resume-after-fork n1"}
 	if got := hb.calls(); !slices.Equal(got, want) {
 		t.Fatalf("fork: %v, want %v", got, want)
@@ -364,7 +365,7 @@ func TestCommitRefusedKeepsChild(t *testing.T) {
 	hb := newHostBackends()
 	e, err := engine.New(engine.Config{Home: t.TempDir(), Backends: map[string]engine.OpenBackend{"host": hb.open},
 		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
-			f, err := openDirFiles(ctx, dir, base)
+			f, err := enginetest.OpenDirFiles(ctx, dir, base)
 			return failCommit{f}, err
 		}})
 	if err != nil {
@@ -402,7 +403,7 @@ func TestBackendReconcile(t *testing.T) {
 	home, hb := t.TempDir(), newHostBackends()
 	e := newHostEngine(t, home, hb)
 	do(t, e, api.Request{Op: api.OpTreeCreate, TreeID: "h", Base: newBase(t), Backend: "host"})
-	do(t, e, api.Request{Op: api.OpTreeForkBat, TreeID: "h", SourceID: "n1", Labels: []string{"a", "b", "c"}}) // n2 n3 n4
+	do(t, e, api.Request{Op: api.OpTreeForkBatch, TreeID: "h", SourceID: "n1", Labels: []string{"a", "b", "c"}}) // n2 n3 n4
 	do(t, e, api.Request{Op: api.OpTreeSuspend, TreeID: "h", NodeID: "n4"})
 	e.Close()
 	// n1 runs; n2's sandbox is gone; n3's is suspended though n3 is live;
@@ -455,7 +456,7 @@ func TestRequestContextNotKept(t *testing.T) {
 	e, err := engine.New(engine.Config{Home: t.TempDir(), Backends: map[string]engine.OpenBackend{"host": hb.open},
 		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
 			filesCtxs = append(filesCtxs, ctx)
-			return openDirFiles(ctx, dir, base)
+			return enginetest.OpenDirFiles(ctx, dir, base)
 		}})
 	if err != nil {
 		t.Fatal(err)

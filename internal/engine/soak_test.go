@@ -13,6 +13,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/engine/enginetest"
 )
 
 func soakDuration() time.Duration {
@@ -34,7 +35,7 @@ func randomVerb(r *rand.Rand, id string, maxID int) api.Request {
 	case 0, 1:
 		return api.Request{Op: api.OpTreeFork, TreeID: id, SourceID: node, Label: "f"}
 	case 2:
-		return api.Request{Op: api.OpTreeForkBat, TreeID: id, SourceID: node, Labels: make([]string, 1+r.IntN(3))}
+		return api.Request{Op: api.OpTreeForkBatch, TreeID: id, SourceID: node, Labels: make([]string, 1+r.IntN(3))}
 	case 3, 4:
 		return api.Request{Op: api.OpTreeCommit, TreeID: id, NodeID: node}
 	case 5:
@@ -44,7 +45,7 @@ func randomVerb(r *rand.Rand, id string, maxID int) api.Request {
 	case 7:
 		return api.Request{Op: api.OpTreeProtect, TreeID: id, NodeID: node}
 	case 8:
-		return api.Request{Op: api.OpTreeUnprot, TreeID: id, NodeID: node}
+		return api.Request{Op: api.OpTreeUnprotect, TreeID: id, NodeID: node}
 	case 9:
 		return api.Request{Op: api.OpTreeSuspend, TreeID: id, NodeID: node}
 	case 10:
@@ -53,7 +54,7 @@ func randomVerb(r *rand.Rand, id string, maxID int) api.Request {
 	if r.IntN(8) != 0 {
 		return api.Request{Op: api.OpTreeRollback, TreeID: id, NodeID: node, Label: "r"}
 	}
-	return api.Request{Op: api.OpTreeEvict, TreeID: id}
+	return api.Request{Op: api.OpTreeAutoEvict, TreeID: id}
 }
 
 // TestSoak: 32 goroutines issue random verbs on one tree (ARBOR_TEST_SOAK,
@@ -61,7 +62,7 @@ func randomVerb(r *rand.Rand, id string, maxID int) api.Request {
 // events never sees a protected node evicted, and the tree's invariants,
 // metadata and files agree at the end.
 func TestSoak(t *testing.T) {
-	e, err := engine.New(engine.Config{Home: t.TempDir(), OpenFiles: openDirFiles, WatchBuffer: 1 << 20})
+	e, err := engine.New(engine.Config{Home: t.TempDir(), OpenFiles: enginetest.OpenDirFiles, WatchBuffer: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

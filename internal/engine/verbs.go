@@ -949,7 +949,7 @@ func (e *Engine) simple(ts *treeState, req api.Request) (api.Response, error) {
 	case api.OpTreeProtect:
 		kind = "protect"
 		p, err = ts.t.PlanProtect(req.NodeID, true)
-	case api.OpTreeUnprot:
+	case api.OpTreeUnprotect:
 		kind = "unprotect"
 		p, err = ts.t.PlanProtect(req.NodeID, false)
 	case api.OpTreeSuspend:

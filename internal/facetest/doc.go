@@ -1,10 +1,6 @@
 // Package facetest is the conformance suite of Arbor's API faces: the same
-// scenarios run over JSON-lines and over HTTP against Fake, an in-memory
-// engine (Run), or against any real handler such as the daemon's (RunTarget).
-// Only tests import it.
-//
-// Fake implements the faces' Handler interface (Do and Watch) with a small
-// tree: first-commit-wins by fork generation, protection refusing prune,
-// suspend and resume, and an event stream. It is a test double, not a model
-// of the engine's budgets.
+// scenarios run over JSON-lines and over HTTP (and through the Go client)
+// against the real engine over the directory-copy files layer (Run,
+// NewEngine: no FUSE, no root), or against any real handler such as the
+// daemon's (RunTarget). Only tests import it.
 package facetest

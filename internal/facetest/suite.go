@@ -2,8 +2,10 @@ package facetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,10 +28,6 @@ type Setup struct {
 	// POST /v1/trees) and returns the error code of the reply.
 	Raw func(ctx context.Context, body []byte) (code string, err error)
 }
-
-// Start serves fake on a face and returns a client of it; it registers its
-// cleanups on t.
-type Start func(t *testing.T, fake *Fake) Setup
 
 // Handler is what the faces serve (lineapi.Handler and httpapi.Handler).
 type Handler interface {
@@ -84,17 +82,12 @@ var scenarios = []scenario{
 	{"HandlerPanic", testPanic},
 }
 
-// Run runs every scenario, each against a fresh Fake served by start.
-func Run(t *testing.T, start Start) {
-	for _, sc := range scenarios {
-		t.Run(sc.name, func(t *testing.T) {
-			f := NewFake()
-			s := start(t, f)
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			defer cancel()
-			sc.fn(t, ctx, s, env{probe: f, base: "/srv/base", version: Version})
-		})
-	}
+// Run runs every scenario, each against a fresh real engine (NewEngine)
+// served by start.
+func Run(t *testing.T, start StartHandler) {
+	RunTarget(t, func(t *testing.T) Target {
+		return Target{Handler: NewEngine(t).Engine, Base: "/srv/base", Version: Version}
+	}, start)
 }
 
 // RunTarget runs every scenario against a fresh target from newTarget (the
@@ -117,12 +110,20 @@ func RunTarget(t *testing.T, newTarget func(t *testing.T) Target, start StartHan
 // watch counts until the inner handler closes its stream.
 type wrapped struct {
 	h       Handler
-	panicOp atomic.Value // string
-	open    atomic.Int64
+	panicOp atomic.Value   // string
+	open    atomic.Int64   // watches whose inner stream is open
+	wg      sync.WaitGroup // the watches' forwarding goroutines
 }
 
+// SetPanic makes Do panic on op ("" turns it off), to test the faces' recovery.
 func (w *wrapped) SetPanic(op string) { w.panicOp.Store(op) }
-func (w *wrapped) Watchers() int      { return int(w.open.Load()) }
+
+// Watchers reports the watches whose streams the handler has not closed.
+func (w *wrapped) Watchers() int { return int(w.open.Load()) }
+
+// Wait waits until the handler has closed the streams of the watches whose
+// contexts ended.
+func (w *wrapped) Wait() { w.wg.Wait() }
 
 func (w *wrapped) Do(ctx context.Context, req api.Request) (api.Response, error) {
 	if op, _ := w.panicOp.Load().(string); op != "" && req.Op == op {
@@ -138,7 +139,7 @@ func (w *wrapped) Watch(ctx context.Context, treeID string) (api.Response, <-cha
 	}
 	w.open.Add(1)
 	out := make(chan api.Event)
-	go func() {
+	w.wg.Go(func() {
 		defer w.open.Add(-1)
 		defer close(out)
 		for ev := range in {
@@ -148,17 +149,58 @@ func (w *wrapped) Watch(ctx context.Context, treeID string) (api.Response, <-cha
 				// Keep draining: the watch counts until the handler closes in.
 			}
 		}
-	}()
+	})
 	return snap, out, nil
 }
 
 func mustDo(t *testing.T, ctx context.Context, s Setup, req api.Request) api.Response {
 	t.Helper()
+	checkRequest(t, req)
 	resp, err := s.Face.Do(ctx, req)
 	if err != nil {
 		t.Fatalf("%s: %v", req.Op, err)
 	}
+	checkReply(t, req.Op, resp)
 	return resp
+}
+
+// checkRequest checks that a request the suite sends sets only its verb's
+// request fields (api's verb table).
+func checkRequest(t *testing.T, req api.Request) {
+	t.Helper()
+	v, ok := api.Lookup(req.Op)
+	if !ok {
+		t.Fatalf("%s: not in api's verb table", req.Op)
+	}
+	b, _ := json.Marshal(req)
+	var fields map[string]json.RawMessage
+	json.Unmarshal(b, &fields)
+	for f := range fields {
+		if f != "op" && !slices.Contains(v.Request, f) {
+			t.Errorf("%s: the request sets %q, not one of the table's request fields %v", req.Op, f, v.Request)
+		}
+	}
+}
+
+// checkReply checks a success reply against api's verb table: its status
+// is the verb's, and it sets only the verb's reply fields.
+func checkReply(t *testing.T, op string, resp api.Response) {
+	t.Helper()
+	v, ok := api.Lookup(op)
+	if !ok {
+		t.Fatalf("%s: not in api's verb table", op)
+	}
+	if resp.Status != v.Reply {
+		t.Errorf("%s: reply status %q, want the table's %q", op, resp.Status, v.Reply)
+	}
+	b, _ := json.Marshal(resp)
+	var fields map[string]json.RawMessage
+	json.Unmarshal(b, &fields)
+	for f := range fields {
+		if f != "status" && !slices.Contains(v.ReplyFields, f) {
+			t.Errorf("%s: reply sets %q, not one of the table's reply fields %v", op, f, v.ReplyFields)
+		}
+	}
 }
 
 func wantErr(t *testing.T, err error, sentinel error, what string) {
@@ -235,7 +277,7 @@ func testDropAndDelete(t *testing.T, ctx context.Context, s Setup, e env) {
 func testForkBatch(t *testing.T, ctx context.Context, s Setup, e env) {
 	tree, root := newTree(t, ctx, s, e)
 	labels := []string{"minimal", "rewrite", "skip"}
-	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeForkBat, TreeID: tree, SourceID: root, Labels: labels})
+	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeForkBatch, TreeID: tree, SourceID: root, Labels: labels})
 	if len(r.Forks) != 3 || r.LatencyNS <= 0 {
 		t.Fatalf("fork_batch: got %+v", r)
 	}
@@ -256,13 +298,13 @@ func testForkBatch(t *testing.T, ctx context.Context, s Setup, e env) {
 	if len(n.Nodes) != 6 {
 		t.Fatalf("after forks: %d nodes, want 6", len(n.Nodes))
 	}
-	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeForkBat, TreeID: tree, SourceID: root})
+	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeForkBatch, TreeID: tree, SourceID: root})
 	wantErr(t, err, api.ErrBadRequest, "fork_batch without labels")
 }
 
 func testCommitRace(t *testing.T, ctx context.Context, s Setup, e env) {
 	tree, root := newTree(t, ctx, s, e)
-	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeForkBat, TreeID: tree, SourceID: root, Labels: []string{"a", "b", "c", "d"}})
+	r := mustDo(t, ctx, s, api.Request{Op: api.OpTreeForkBatch, TreeID: tree, SourceID: root, Labels: []string{"a", "b", "c", "d"}})
 	// Commit every child at once: exactly one wins, the rest are stale.
 	var wg sync.WaitGroup
 	errs := make([]error, len(r.Forks))
@@ -303,7 +345,7 @@ func testNotFound(t *testing.T, ctx context.Context, s Setup, e env) {
 		{Op: api.OpTreeDrop, TreeID: "nope"},
 		{Op: api.OpTreeFork, TreeID: "nope", SourceID: "n1", Label: "x"},
 		{Op: api.OpTreeCommit, TreeID: "nope", NodeID: "n1"},
-		{Op: api.OpTreeEvict, TreeID: "nope"},
+		{Op: api.OpTreeAutoEvict, TreeID: "nope"},
 	} {
 		_, err := s.Face.Do(ctx, req)
 		wantErr(t, err, api.ErrNotFound, req.Op+" on unknown tree")
@@ -328,7 +370,7 @@ func testProtected(t *testing.T, ctx context.Context, s Setup, e env) {
 	mustDo(t, ctx, s, api.Request{Op: api.OpTreeProtect, TreeID: tree, NodeID: g})
 	_, err := s.Face.Do(ctx, api.Request{Op: api.OpTreePrune, TreeID: tree, NodeID: c})
 	wantErr(t, err, api.ErrProtected, "prune over a protected descendant")
-	mustDo(t, ctx, s, api.Request{Op: api.OpTreeUnprot, TreeID: tree, NodeID: g})
+	mustDo(t, ctx, s, api.Request{Op: api.OpTreeUnprotect, TreeID: tree, NodeID: g})
 	mustDo(t, ctx, s, api.Request{Op: api.OpTreePrune, TreeID: tree, NodeID: c})
 	n := mustDo(t, ctx, s, api.Request{Op: api.OpTreeNodes, TreeID: tree})
 	if len(n.Nodes) != 1 {
@@ -346,7 +388,7 @@ func testBadState(t *testing.T, ctx context.Context, s Setup, e env) {
 	if r.NodeID != c {
 		t.Fatalf("resume: got %+v", r)
 	}
-	ev := mustDo(t, ctx, s, api.Request{Op: api.OpTreeEvict, TreeID: tree})
+	ev := mustDo(t, ctx, s, api.Request{Op: api.OpTreeAutoEvict, TreeID: tree})
 	if ev.Status != "tree_evicted" {
 		t.Fatalf("auto_evict: got %+v", ev)
 	}
@@ -446,10 +488,11 @@ func testWatchNotFound(t *testing.T, ctx context.Context, s Setup, e env) {
 func testConcurrent(t *testing.T, ctx context.Context, s Setup, e env) {
 	tree, root := newTree(t, ctx, s, e)
 	var wg sync.WaitGroup
-	errs := make(chan error, 16*20)
-	for g := range 16 {
+	const goroutines, forks = 16, 8
+	errs := make(chan error, goroutines*forks)
+	for g := range goroutines {
 		wg.Go(func() {
-			for i := range 20 {
+			for i := range forks {
 				r, err := s.Face.Do(ctx, api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: root, Label: fmt.Sprintf("g%d-%d", g, i)})
 				if err != nil {
 					errs <- err
@@ -468,8 +511,8 @@ func testConcurrent(t *testing.T, ctx context.Context, s Setup, e env) {
 		t.Fatal(err)
 	}
 	n := mustDo(t, ctx, s, api.Request{Op: api.OpTreeNodes, TreeID: tree})
-	if len(n.Nodes) != 1+16*20 {
-		t.Fatalf("after concurrent forks: %d nodes, want %d", len(n.Nodes), 1+16*20)
+	if len(n.Nodes) != 1+goroutines*forks {
+		t.Fatalf("after concurrent forks: %d nodes, want %d", len(n.Nodes), 1+goroutines*forks)
 	}
 }
 

@@ -4,34 +4,28 @@
 //
 // # Resources
 //
-//	POST   /v1/trees                                  tree_create (201)
-//	GET    /v1/trees                                  tree_list
+// Every verb of api's verb table that has an HTTP route is one resource
+// (api.Verbs: its method and path, 201 where it creates, its body type), for
+// example
+//
+//	POST   /v1/trees                                  tree_create (201), api.TreeCreateBody
 //	GET    /v1/trees/{tree}                           tree_nodes
-//	DELETE /v1/trees/{tree}                           tree_delete (nodes, layers and metadata; the base stays)
-//	POST   /v1/trees/{tree}/drop                      tree_drop (forget it, keep it on disk for tree_open)
-//	POST   /v1/trees/{tree}/open                      tree_open
-//	POST   /v1/trees/{tree}/evict                     tree_auto_evict
-//	GET    /v1/trees/{tree}/watch                     tree_watch, as server-sent events
-//	GET    /v1/events[?tree=ID]                       tree_watch of one or every tree (SSE)
 //	POST   /v1/trees/{tree}/nodes/{node}/fork         {"label"} tree_fork, {"labels"} tree_fork_batch (201)
-//	POST   /v1/trees/{tree}/nodes/{node}/rollback     {"label"} tree_rollback (201)
-//	POST   /v1/trees/{tree}/nodes/{node}/{verb}       commit, protect, unprotect, suspend, resume, prune
 //	DELETE /v1/trees/{tree}/nodes/{node}              tree_abort
-//	GET    /v1/version                                ping
-//	GET    /v1/openapi.json                           this API as OpenAPI 3
-//	GET    /metrics                                   Prometheus
-//	GET    /healthz                                   liveness, without the token
+//
+// and the face adds GET /v1/events[?tree=ID] (tree_watch of one or every
+// tree), GET /v1/openapi.json (all of it as OpenAPI 3, checked against the
+// table by the tests), GET /metrics (Prometheus) and GET /healthz (liveness,
+// without the token).
 //
 // A reply body is the api.Response of the verb, exactly as the JSON-lines
 // face sends it. An error is {"status":"error","code","message"} with the
-// HTTP status mapped from the code: bad_request 400, unauthorized 401,
-// not_found 404, exists/stale/bad_state/protected/busy/budget 409 (budget is
-// a conflict with the tree's current state, which abort, prune or evict can
-// change, so 409 rather than 422), no_space 507, unavailable 503 (the host
-// lacks what the verb needs: a usable /dev/fuse, fusermount3), not_supported
-// 501 (the tree's backend does not serve the verb), internal 500;
-// the table is api.ErrorCodes. Unknown routes (404) and methods (405, with
-// Allow) use the same envelope.
+// HTTP status of its code in api's error table (api.Errors): bad_request
+// 400, unauthorized 401, not_found 404, the conflicts with the tree's state
+// 409 (budget among them: abort, prune or evict can change it, so 409 rather
+// than 422), no_space 507, not_supported 501, unavailable 503, internal
+// 500. Unknown routes (404) and methods (405, with Allow) use the same
+// envelope.
 //
 // Request bodies are JSON objects decoded strictly (unknown fields, wrong
 // types and trailing data are bad_request) and limited to
@@ -51,9 +45,10 @@
 // compared in constant time (over SHA-256 digests, so the length does not
 // leak either); New refuses a Config without a Token (the daemon generates
 // one when none is given). The token is HTTP's only credential: the paths a
-// request names are checked as the daemon's own user (access.Self). The audit log gets one JSON line per
-// request (time, remote, method, path, status, duration, op, tree, node);
-// never the token or the query string.
+// request names are checked as the daemon's own user (access.Self). The audit log (internal/audit, shared
+// with the socket face) gets one JSON line per request (time, face, remote,
+// method, path, status, error code, duration, op, tree, node); never the
+// token or the query string.
 //
 // # Lifecycle
 //

@@ -26,7 +26,7 @@ var knownCodes = func() map[string]bool {
 }()
 
 // FuzzHTTP sends an arbitrary method, path and body (with the right token,
-// to a fake engine holding tree "t" with root "n1"): no panic; a 4xx/5xx is
+// to the real engine holding tree "t" with root "n1"): no panic; a 4xx/5xx is
 // the error envelope with a known code whose mapped status it carries (or 405
 // and 413, which have their own); a 2xx JSON reply carries a status.
 func FuzzHTTP(f *testing.F) {
@@ -46,10 +46,11 @@ func FuzzHTTP(f *testing.F) {
 	} {
 		f.Add(s[0], s[1], []byte(s[2]))
 	}
-	fake := facetest.NewFake()
-	fake.Do(context.Background(), api.Request{Op: api.OpTreeCreate, TreeID: "t", Base: "/b"})
+	// One engine for every input (see FuzzLineAPI): tree "t" with root n1
+	// is made again when an input dropped or deleted it or grew it.
+	eng := facetest.NewEngine(f)
 	m, _ := metrics.New(metrics.Config{NoRuntime: true})
-	s, err := httpapi.New(httpapi.Config{Handler: fake, Token: "tok", Metrics: m, MaxBodyBytes: 4096})
+	s, err := httpapi.New(httpapi.Config{Handler: eng, Token: "tok", Metrics: m, MaxBodyBytes: 4096})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -61,6 +62,7 @@ func FuzzHTTP(f *testing.F) {
 		if err != nil || u.Host != "" || !strings.HasPrefix(path, "/") {
 			return
 		}
+		eng.KeepTree(t, "t", "/b", 16)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond) // ends watch streams
 		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, method, "http://arbord"+path, bytes.NewReader(body))

@@ -8,17 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"golang.org/x/net/netutil"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/access"
+	"github.com/arbor-dev/arbor/internal/audit"
 	"github.com/arbor-dev/arbor/internal/metrics"
 )
 
@@ -47,9 +46,9 @@ type Config struct {
 	Handler Handler
 	// Metrics counts requests and serves /metrics; nil makes a private one.
 	Metrics *metrics.Metrics
-	// AuditLog gets one JSON line per request; nil keeps none. OpenAuditLog
-	// opens a file the right way (append-only).
-	AuditLog io.Writer
+	// Audit gets one line per request; nil keeps none. The daemon shares
+	// one with the socket face.
+	Audit *audit.Log
 	// Logger logs recovered panics and audit write failures; nil discards.
 	Logger *slog.Logger
 	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes.
@@ -71,13 +70,11 @@ const DefaultMaxConns = 512
 
 // Server is the HTTP face. It is an http.Handler.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	mux     *http.ServeMux
-	token   [sha256.Size]byte
-	self    access.Cred // the daemon's credentials: what HTTP requests are checked as
-	auditMu sync.Mutex  // serialises audit lines
-	auditOK bool        // guarded by auditMu: false after a write failure was logged
+	cfg   Config
+	log   *slog.Logger
+	mux   *http.ServeMux
+	token [sha256.Size]byte
+	self  access.Cred // the daemon's credentials: what HTTP requests are checked as
 }
 
 // New validates cfg and returns a Server.
@@ -120,7 +117,7 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, mux: http.NewServeMux(), auditOK: true, self: access.Self()}
+	s := &Server{cfg: cfg, log: log, mux: http.NewServeMux(), self: access.Self()}
 	s.token = sha256.Sum256([]byte(cfg.Token))
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.method+" "+rt.pattern, rt.h)
@@ -143,14 +140,9 @@ func IsLoopback(addr string) (bool, error) {
 	return ip != nil && ip.IsLoopback(), nil
 }
 
-// OpenAuditLog opens (creating with mode 0600) an append-only audit log.
-func OpenAuditLog(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("httpapi: audit log: %w", err)
-	}
-	return f, nil
-}
+// OpenAuditLog opens (creating with mode 0600) an append-only audit log
+// (audit.Open).
+func OpenAuditLog(path string) (*os.File, error) { return audit.Open(path) }
 
 // Addr returns the configured listen address.
 func (s *Server) Addr() string { return s.cfg.Addr }
@@ -213,6 +205,7 @@ type recorder struct {
 	status int
 	wrote  bool
 	op     string // set by the route (setOp)
+	code   string // the error code written, if any
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -304,72 +297,32 @@ func (s *Server) authorized(r *http.Request) bool {
 	return subtle.ConstantTimeCompare(got[:], s.token[:]) == 1
 }
 
-type auditLine struct {
-	Time       string `json:"time"`
-	Remote     string `json:"remote"`
-	Method     string `json:"method"`
-	Path       string `json:"path"`
-	Status     int    `json:"status"`
-	DurationUS int64  `json:"duration_us"`
-	Op         string `json:"op,omitempty"`
-	Tree       string `json:"tree,omitempty"`
-	Node       string `json:"node,omitempty"`
-	UserAgent  string `json:"ua,omitempty"`
-}
-
 func (s *Server) audit(r *http.Request, rec *recorder, d time.Duration) {
-	if s.cfg.AuditLog == nil {
+	if s.cfg.Audit == nil {
 		return
 	}
 	tree := r.PathValue("tree")
-	if tree == "" && r.URL.Path == "/v1/events" {
+	if tree == "" && r.URL.Path == api.EventsPath {
 		tree = r.URL.Query().Get("tree")
 	}
-	ln := auditLine{
-		Time: time.Now().UTC().Format(time.RFC3339Nano), Remote: r.RemoteAddr,
-		Method: r.Method, Path: r.URL.Path, Status: rec.status, DurationUS: d.Microseconds(),
+	s.cfg.Audit.Write(audit.Entry{
+		Face: audit.FaceHTTP, Remote: r.RemoteAddr, Method: r.Method, Path: r.URL.Path,
+		Status: rec.status, Code: rec.code, DurationUS: d.Microseconds(),
 		Op: rec.op, Tree: tree, Node: r.PathValue("node"), UserAgent: r.UserAgent(),
-	}
-	b, _ := json.Marshal(ln)
-	b = append(b, '\n')
-	s.auditMu.Lock()
-	defer s.auditMu.Unlock()
-	if _, err := s.cfg.AuditLog.Write(b); err != nil && s.auditOK {
-		s.auditOK = false // log the first failure only, not one per request
-		s.log.Error("httpapi: audit log write failed; later failures are not logged", "err", err)
-	} else if err == nil {
-		s.auditOK = true
-	}
+	})
 }
 
-// Status maps an api error code to its HTTP status.
-func Status(code string) int {
-	switch code {
-	case api.CodeBadRequest:
-		return http.StatusBadRequest
-	case api.CodeAuth:
-		return http.StatusUnauthorized
-	case api.CodeForbidden:
-		return http.StatusForbidden
-	case api.CodeNotFound:
-		return http.StatusNotFound
-	case api.CodeExists, api.CodeStale, api.CodeState, api.CodeProtected, api.CodeBusy, api.CodeBudget:
-		return http.StatusConflict
-	case api.CodeNoSpace:
-		return http.StatusInsufficientStorage
-	case api.CodeLimit, api.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	case api.CodeNotSupported:
-		return http.StatusNotImplemented
-	}
-	return http.StatusInternalServerError
-}
+// Status maps an api error code to its HTTP status (the api error table's).
+func Status(code string) int { return api.HTTPStatus(code) }
 
 func writeError(w http.ResponseWriter, err error) {
 	writeErrorStatus(w, Status(api.Code(err)), err)
 }
 
 func writeErrorStatus(w http.ResponseWriter, status int, err error) {
+	if rec, ok := w.(*recorder); ok {
+		rec.code = api.Code(err)
+	}
 	writeJSON(w, status, api.Response{Status: api.StatusError, Code: api.Code(err), Message: err.Error()})
 }
 

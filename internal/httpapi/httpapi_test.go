@@ -12,39 +12,22 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/audit"
 	"github.com/arbor-dev/arbor/internal/facetest"
 	"github.com/arbor-dev/arbor/internal/httpapi"
 	"github.com/arbor-dev/arbor/internal/metrics"
 )
 
 const testToken = "s3cret-token-for-tests"
-
-// syncBuf is an audit log the test can read while the server writes.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // serve runs a Server for h on a loopback port until cleanup and returns
 // its base URL.
@@ -148,35 +131,44 @@ func wantEnvelope(t *testing.T, what string, status int, b []byte, wantStatus in
 	return e
 }
 
+// startFace serves h on this face for the suites.
+var startFace facetest.StartHandler = func(t *testing.T, f facetest.Handler) facetest.Setup {
+	base := serve(t, f, httpapi.Config{Token: testToken})
+	hc := newHTTPClient(t)
+	return facetest.Setup{
+		Face: client.NewHTTP(base, testToken, hc),
+		Raw: func(ctx context.Context, body []byte) (string, error) {
+			req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/trees", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+testToken)
+			res, err := hc.Do(req)
+			if err != nil {
+				return "", err
+			}
+			defer res.Body.Close()
+			var e envelope
+			if err := json.NewDecoder(res.Body).Decode(&e); err != nil {
+				return "", err
+			}
+			if res.StatusCode != httpapi.Status(e.Code) {
+				return "", fmt.Errorf("HTTP %d for code %s", res.StatusCode, e.Code)
+			}
+			return e.Code, nil
+		},
+	}
+}
+
 func TestScenarios(t *testing.T) {
-	facetest.Run(t, func(t *testing.T, f *facetest.Fake) facetest.Setup {
-		base := serve(t, f, httpapi.Config{Token: testToken})
-		hc := newHTTPClient(t)
-		return facetest.Setup{
-			Face: client.NewHTTP(base, testToken, hc),
-			Raw: func(ctx context.Context, body []byte) (string, error) {
-				req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/trees", bytes.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+testToken)
-				res, err := hc.Do(req)
-				if err != nil {
-					return "", err
-				}
-				defer res.Body.Close()
-				var e envelope
-				if err := json.NewDecoder(res.Body).Decode(&e); err != nil {
-					return "", err
-				}
-				if res.StatusCode != httpapi.Status(e.Code) {
-					return "", fmt.Errorf("HTTP %d for code %s", res.StatusCode, e.Code)
-				}
-				return e.Code, nil
-			},
-		}
-	})
+	facetest.Run(t, startFace)
+}
+
+// TestErrorTable: every row of api's error table crosses this face as its
+// code and sentinel.
+func TestErrorTable(t *testing.T) {
+	facetest.RunErrors(t, startFace)
 }
 
 func TestAuth(t *testing.T) {
-	base := serve(t, facetest.NewFake(), httpapi.Config{Token: testToken})
+	base := serve(t, facetest.NewEngine(t), httpapi.Config{Token: testToken})
 	hc := bareHTTPClient(t)
 	for _, tc := range []struct {
 		name, method, path, header string
@@ -226,7 +218,7 @@ func TestAuth(t *testing.T) {
 }
 
 func TestNewRefuses(t *testing.T) {
-	f := facetest.NewFake()
+	f := facetest.NewEngine(t)
 	for _, tc := range []struct {
 		addr, token string
 		ok          bool
@@ -263,34 +255,29 @@ func TestNewRefuses(t *testing.T) {
 	}
 }
 
+// TestStatus: a verb failing with each row of api's error table is
+// answered with the row's HTTP status and code, and the ENOSPC under
+// internal as no_space's 507.
 func TestStatus(t *testing.T) {
-	// Every code of api's table has a status of its own (only internal is 500).
-	for _, code := range api.Codes() {
-		if got := httpapi.Status(code); (got == 500) != (code == api.CodeInternal) {
-			t.Errorf("Status(%s) = %d", code, got)
+	base := serve(t, facetest.ErrorHandler{}, httpapi.Config{})
+	hc := newHTTPClient(t)
+	for _, k := range api.Errors() {
+		st, _, b := call(t, hc, "GET", base+"/v1/trees/"+k.Code, "", "")
+		wantEnvelope(t, k.Code, st, b, k.HTTPStatus, k.Code)
+		if got := httpapi.Status(k.Code); got != k.HTTPStatus {
+			t.Errorf("Status(%s) = %d, want the table's %d", k.Code, got, k.HTTPStatus)
 		}
 	}
-	want := map[string]int{
-		api.CodeBadRequest: 400, api.CodeAuth: 401, api.CodeForbidden: 403, api.CodeNotFound: 404,
-		api.CodeExists: 409, api.CodeStale: 409, api.CodeState: 409, api.CodeProtected: 409,
-		api.CodeBusy: 409, api.CodeBudget: 409, api.CodeNoSpace: 507, api.CodeLimit: 503, api.CodeUnavailable: 503, api.CodeInternal: 500, "weird": 500,
-		api.CodeNotSupported: 501,
-	}
-	for code, want := range want {
-		if got := httpapi.Status(code); got != want {
-			t.Errorf("Status(%s) = %d, want %d", code, got, want)
-		}
-	}
-	for _, code := range api.Codes() {
-		if _, ok := want[code]; !ok {
-			t.Errorf("api code %s has no HTTP status in this test (and perhaps none in Status)", code)
-		}
+	st, _, b := call(t, hc, "GET", base+"/v1/trees/"+facetest.CauseENOSPC, "", "")
+	wantEnvelope(t, "ENOSPC under internal", st, b, 507, api.CodeNoSpace)
+	if got := httpapi.Status("weird"); got != 500 {
+		t.Errorf("Status(weird) = %d, want 500", got)
 	}
 }
 
 // TestOpenAPICodes: the error codes openapi.json lists are api.Codes().
 func TestOpenAPICodes(t *testing.T) {
-	base := serve(t, facetest.NewFake(), httpapi.Config{})
+	base := serve(t, facetest.NewEngine(t), httpapi.Config{})
 	st, _, b := call(t, newHTTPClient(t), "GET", base+"/v1/openapi.json", "", "")
 	if st != 200 {
 		t.Fatalf("openapi.json: HTTP %d", st)
@@ -317,7 +304,7 @@ func TestOpenAPICodes(t *testing.T) {
 }
 
 func TestRouting(t *testing.T) {
-	f := facetest.NewFake()
+	f := facetest.NewEngine(t)
 	base := serve(t, f, httpapi.Config{MaxBodyBytes: 1024})
 	hc := newHTTPClient(t)
 	if st, _, b := call(t, hc, "POST", base+"/v1/trees", "", `{"tree_id":"t","base":"/b"}`); st != 201 {
@@ -370,11 +357,11 @@ func TestRouting(t *testing.T) {
 }
 
 func TestOpenAPIMatchesRoutes(t *testing.T) {
-	s, err := httpapi.New(httpapi.Config{Handler: facetest.NewFake(), Token: testToken})
+	s, err := httpapi.New(httpapi.Config{Handler: facetest.NewEngine(t), Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := serve(t, facetest.NewFake(), httpapi.Config{})
+	base := serve(t, facetest.NewEngine(t), httpapi.Config{})
 	st, _, b := call(t, newHTTPClient(t), "GET", base+"/v1/openapi.json", "", "")
 	if st != 200 {
 		t.Fatalf("openapi.json: HTTP %d", st)
@@ -465,7 +452,7 @@ func TestAuditLog(t *testing.T) {
 			t.Errorf("audit log fd flags %o lack O_APPEND", flags)
 		}
 	}
-	base := serve(t, facetest.NewFake(), httpapi.Config{Token: testToken, AuditLog: f})
+	base := serve(t, facetest.NewEngine(t), httpapi.Config{Token: testToken, Audit: audit.New(f, nil)})
 	hc := newHTTPClient(t)
 	call(t, hc, "POST", base+"/v1/trees", testToken, `{"tree_id":"t","base":"/b"}`)
 	call(t, hc, "POST", base+"/v1/trees/t/nodes/n1/fork?x=1", testToken, `{"label":"a"}`)
@@ -526,7 +513,7 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := serve(t, facetest.NewFake(), httpapi.Config{Metrics: m})
+	base := serve(t, facetest.NewEngine(t), httpapi.Config{Metrics: m})
 	hc := newHTTPClient(t)
 	call(t, hc, "POST", base+"/v1/trees", "", `{"tree_id":"t","base":"/b"}`)
 	call(t, hc, "POST", base+"/v1/trees/t/nodes/n1/fork", "", `{"labels":["a","b"]}`)
@@ -558,7 +545,7 @@ func TestMetrics(t *testing.T) {
 // TestWatchSSE reads the raw stream: the snapshot event, then events with
 // ids, as the socket face's JSON lines.
 func TestWatchSSE(t *testing.T) {
-	f := facetest.NewFake()
+	f := facetest.NewEngine(t)
 	base := serve(t, f, httpapi.Config{})
 	hc := newHTTPClient(t)
 	call(t, hc, "POST", base+"/v1/trees", "", `{"tree_id":"t","base":"/b"}`)
@@ -603,7 +590,7 @@ func TestWatchSSE(t *testing.T) {
 // TestShutdownEndsStreams: Serve returns promptly with a watch stream open,
 // and the engine's watch is given back.
 func TestShutdownEndsStreams(t *testing.T) {
-	f := facetest.NewFake()
+	f := facetest.NewEngine(t)
 	f.Do(t.Context(), api.Request{Op: api.OpTreeCreate, TreeID: "t", Base: "/b"})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -641,4 +628,103 @@ func TestShutdownEndsStreams(t *testing.T) {
 	if n := f.Watchers(); n != 0 {
 		t.Fatalf("%d engine watches open after shutdown", n)
 	}
+}
+
+// TestOpenAPIMatchesVerbs: openapi.json documents each verb of api's table
+// at its route: the op as operationId, its success status, its body's
+// schema (named as the api type, with the type's fields), and a Response
+// schema holding every reply field.
+func TestOpenAPIMatchesVerbs(t *testing.T) {
+	type op struct {
+		OperationID string                     `json:"operationId"`
+		Responses   map[string]json.RawMessage `json:"responses"`
+		RequestBody struct {
+			Content map[string]struct {
+				Schema struct {
+					Ref string `json:"$ref"`
+				} `json:"schema"`
+			} `json:"content"`
+		} `json:"requestBody"`
+	}
+	var doc struct {
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPIDoc(t), &doc); err != nil {
+		t.Fatal(err)
+	}
+	props := func(name string) []string {
+		var out []string
+		for p := range doc.Components.Schemas[name].Properties {
+			out = append(out, p)
+		}
+		slices.Sort(out)
+		return out
+	}
+	seen := map[string]bool{}
+	for _, v := range api.Verbs() {
+		for _, f := range v.ReplyFields {
+			if !slices.Contains(props("Response"), f) {
+				t.Errorf("%s: reply field %s is not in the Response schema", v.Op, f)
+			}
+		}
+		key := v.Method + " " + v.Path
+		if v.Path == "" || seen[key] {
+			continue
+		}
+		seen[key] = true
+		raw, ok := doc.Paths[v.Path][strings.ToLower(v.Method)]
+		if !ok {
+			t.Errorf("%s: %s is not documented", v.Op, key)
+			continue
+		}
+		var o op
+		if err := json.Unmarshal(raw, &o); err != nil {
+			t.Fatal(err)
+		}
+		if o.OperationID != v.Op {
+			t.Errorf("%s: operationId %q, want the op", key, o.OperationID)
+		}
+		success := "200"
+		if v.Created {
+			success = "201"
+		}
+		if _, ok := o.Responses[success]; !ok {
+			t.Errorf("%s: no %s response documented", v.Op, success)
+		}
+		ref := strings.TrimPrefix(o.RequestBody.Content["application/json"].Schema.Ref, "#/components/schemas/")
+		switch {
+		case v.Body != nil:
+			typ := reflect.TypeOf(v.Body(api.Request{})).Elem()
+			var want []string
+			for i := range typ.NumField() {
+				name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+				want = append(want, name)
+			}
+			slices.Sort(want)
+			if ref != typ.Name() || !slices.Equal(props(ref), want) {
+				t.Errorf("%s: body schema %q %v, want %s %v", v.Op, ref, props(ref), typ.Name(), want)
+			}
+		case v.Method == "POST":
+			if ref != "Empty" || len(props("Empty")) != 0 {
+				t.Errorf("%s: takes no body, documented as %q", v.Op, ref)
+			}
+		case ref != "":
+			t.Errorf("%s: takes no body, documented as %q", v.Op, ref)
+		}
+	}
+}
+
+func openAPIDoc(t *testing.T) []byte {
+	t.Helper()
+	base := serve(t, facetest.NewEngine(t), httpapi.Config{})
+	st, _, b := call(t, newHTTPClient(t), "GET", base+"/v1/openapi.json", "", "")
+	if st != 200 {
+		t.Fatalf("openapi.json: HTTP %d", st)
+	}
+	return b
 }

@@ -16,7 +16,7 @@ import (
 // nothing, a flood that holds descriptors) a new client is not served
 // until one of them goes; then it is.
 func TestMaxConns(t *testing.T) {
-	base := serve(t, facetest.NewFake(), httpapi.Config{MaxConns: 4})
+	base := serve(t, facetest.NewEngine(t), httpapi.Config{MaxConns: 4})
 	addr := strings.TrimPrefix(base, "http://")
 	var idle []net.Conn
 	for range 4 {

@@ -33,21 +33,12 @@ func (s *Server) Routes() []Route {
 	return out
 }
 
+// routes are the face's own routes (health, metrics, this document, the
+// every-tree event stream) and one per verb of api's verb table that has
+// an HTTP route (tree_fork and tree_fork_batch share theirs: the body says
+// which).
 func (s *Server) routes() []route {
-	const node = "/v1/trees/{tree}/nodes/{node}"
-	nodeVerb := func(verb, op string) route {
-		return route{"POST", node + "/" + verb, s.verb(http.StatusOK, func(r *http.Request, req *api.Request) error {
-			req.Op, req.TreeID, req.NodeID = op, r.PathValue("tree"), r.PathValue("node")
-			return s.decode(r, &struct{}{})
-		})}
-	}
-	treeVerb := func(method, pattern, op string) route {
-		return route{method, pattern, s.verb(http.StatusOK, func(r *http.Request, req *api.Request) error {
-			req.Op, req.TreeID = op, r.PathValue("tree")
-			return s.decode(r, &struct{}{})
-		})}
-	}
-	return []route{
+	out := []route{
 		{"GET", "/healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, api.Response{Status: api.StatusOK})
 		})},
@@ -56,92 +47,29 @@ func (s *Server) routes() []route {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(openAPI)
 		})},
-		{"GET", "/v1/version", s.verb(http.StatusOK, func(r *http.Request, req *api.Request) error {
-			req.Op = api.OpPing
-			return nil
-		})},
-		{"POST", "/v1/trees", s.verb(http.StatusCreated, func(r *http.Request, req *api.Request) error {
-			var b CreateBody
-			req.Op = api.OpTreeCreate
-			if err := s.decode(r, &b); err != nil {
-				return err
-			}
-			req.TreeID, req.Base, req.Backend, req.Budget = b.TreeID, b.Base, b.Backend, b.Budget
-			return nil
-		})},
-		{"GET", "/v1/trees", s.verb(http.StatusOK, func(r *http.Request, req *api.Request) error {
-			req.Op = api.OpTreeList
-			return nil
-		})},
-		{"GET", "/v1/trees/{tree}", s.verb(http.StatusOK, func(r *http.Request, req *api.Request) error {
-			req.Op, req.TreeID = api.OpTreeNodes, r.PathValue("tree")
-			return nil
-		})},
-		treeVerb("DELETE", "/v1/trees/{tree}", api.OpTreeDelete),
-		treeVerb("POST", "/v1/trees/{tree}/drop", api.OpTreeDrop),
-		treeVerb("POST", "/v1/trees/{tree}/open", api.OpTreeOpen),
-		treeVerb("POST", "/v1/trees/{tree}/evict", api.OpTreeEvict),
-		{"GET", "/v1/trees/{tree}/watch", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			s.watch(w, r, r.PathValue("tree"))
-		})},
-		{"GET", "/v1/events", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		{"GET", api.EventsPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s.watch(w, r, r.URL.Query().Get("tree"))
 		})},
-		{"POST", node + "/fork", s.verb(http.StatusCreated, func(r *http.Request, req *api.Request) error {
-			var b ForkBody
-			req.Op, req.TreeID, req.SourceID = api.OpTreeFork, r.PathValue("tree"), r.PathValue("node")
-			if err := s.decode(r, &b); err != nil {
-				return err
-			}
-			switch {
-			case b.Label != "" && b.Labels != nil:
-				return api.Errorf(api.ErrBadRequest, `fork: give "label" or "labels", not both`)
-			case b.Labels != nil:
-				req.Op, req.Labels = api.OpTreeForkBat, b.Labels
-			default:
-				req.Label = b.Label
-			}
-			return nil
-		})},
-		{"POST", node + "/rollback", s.verb(http.StatusCreated, func(r *http.Request, req *api.Request) error {
-			var b RollbackBody
-			req.Op, req.TreeID, req.NodeID = api.OpTreeRollback, r.PathValue("tree"), r.PathValue("node")
-			if err := s.decode(r, &b); err != nil {
-				return err
-			}
-			req.Label = b.Label
-			return nil
-		})},
-		nodeVerb("commit", api.OpTreeCommit),
-		nodeVerb("protect", api.OpTreeProtect),
-		nodeVerb("unprotect", api.OpTreeUnprot),
-		nodeVerb("suspend", api.OpTreeSuspend),
-		nodeVerb("resume", api.OpTreeResume),
-		nodeVerb("prune", api.OpTreePrune),
-		{"DELETE", node, s.verb(http.StatusOK, func(r *http.Request, req *api.Request) error {
-			req.Op, req.TreeID, req.NodeID = api.OpTreeAbort, r.PathValue("tree"), r.PathValue("node")
-			return s.decode(r, &struct{}{})
-		})},
 	}
-}
-
-// CreateBody is the body of POST /v1/trees.
-type CreateBody struct {
-	TreeID  string      `json:"tree_id,omitempty"`
-	Base    string      `json:"base"`
-	Backend string      `json:"backend,omitempty"`
-	Budget  *api.Budget `json:"budget,omitempty"`
-}
-
-// ForkBody is the body of POST .../fork: one label, or labels for a batch.
-type ForkBody struct {
-	Label  string   `json:"label,omitempty"`
-	Labels []string `json:"labels,omitempty"`
-}
-
-// RollbackBody is the body of POST .../rollback.
-type RollbackBody struct {
-	Label string `json:"label,omitempty"`
+	seen := map[string]bool{}
+	for _, v := range api.Verbs() {
+		key := v.Method + " " + v.Path
+		if v.Path == "" || seen[key] {
+			continue
+		}
+		seen[key] = true
+		var h http.Handler
+		switch {
+		case v.Stream:
+			h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				s.watch(w, r, r.PathValue("tree"))
+			})
+		default:
+			h = s.verb(v)
+		}
+		out = append(out, route{v.Method, v.Path, h})
+	}
+	return out
 }
 
 func setOp(w http.ResponseWriter, op string) {
@@ -150,13 +78,19 @@ func setOp(w http.ResponseWriter, op string) {
 	}
 }
 
-// verb serves one verb: build fills the request from the path and body,
-// then the Handler is called and its reply written with okStatus.
-func (s *Server) verb(okStatus int, build func(*http.Request, *api.Request) error) http.Handler {
+// verb serves v: the request is built from the path and the body (the
+// verb's body type, or none: an empty object at most), the Handler is
+// called and its reply written.
+func (s *Server) verb(v api.Verb) http.Handler {
+	okStatus := http.StatusOK
+	if v.Created {
+		okStatus = http.StatusCreated
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		var req api.Request
-		err := build(r, &req)
+		v.FromPath(&req, r.PathValue)
+		err := s.body(r, v, &req)
 		setOp(w, req.Op)
 		var resp api.Response
 		if err == nil {
@@ -182,6 +116,22 @@ func (s *Server) verb(okStatus int, build func(*http.Request, *api.Request) erro
 		writeJSON(w, okStatus, resp)
 		s.cfg.Metrics.Observe(metrics.FaceHTTP, req.Op, metrics.CodeOK, time.Since(start))
 	})
+}
+
+// body decodes the request body of v into req. A GET reads none; a verb
+// without a body type takes at most an empty object.
+func (s *Server) body(r *http.Request, v api.Verb, req *api.Request) error {
+	if r.Method == http.MethodGet {
+		return nil
+	}
+	if v.Body == nil {
+		return s.decode(r, &struct{}{})
+	}
+	b := v.Body(api.Request{})
+	if err := s.decode(r, b); err != nil {
+		return err
+	}
+	return b.Fill(req)
 }
 
 func (s *Server) call(ctx context.Context, req api.Request) (resp api.Response, err error) {
@@ -226,7 +176,7 @@ func (s *Server) decode(r *http.Request, v any) error {
 	case errors.As(err, &mbe):
 		return fmt.Errorf("%w: body larger than %d bytes: %w", api.ErrBadRequest, mbe.Limit, mbe)
 	case errors.As(err, &se):
-		return api.Errorf(api.ErrBadRequest, "invalid body: not valid JSON at byte %d: %v", se.Offset, se)
+		return fmt.Errorf("invalid body: not valid JSON at byte %d: %w: %w", se.Offset, se, api.ErrBadRequest)
 	case errors.As(err, &te):
 		if te.Field != "" {
 			return api.Errorf(api.ErrBadRequest, "invalid body: field %q must be %s, not %s", te.Field, te.Type, te.Value)
@@ -235,5 +185,5 @@ func (s *Server) decode(r *http.Request, v any) error {
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return api.Errorf(api.ErrBadRequest, "invalid body: truncated JSON")
 	}
-	return api.Errorf(api.ErrBadRequest, "invalid body: %v", err)
+	return fmt.Errorf("invalid body: %w: %w", err, api.ErrBadRequest)
 }

@@ -39,9 +39,9 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, tree string) {
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	if snap.Status == "" {
-		snap.Status = "tree_watching"
+		snap.Status = api.StatusWatching
 	}
-	if writeSSE(w, "tree_watching", "", snap) != nil || rc.Flush() != nil {
+	if writeSSE(w, api.StatusWatching, "", snap) != nil || rc.Flush() != nil {
 		return
 	}
 	tick := time.NewTicker(keepalive)
@@ -58,7 +58,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, tree string) {
 			if !ok {
 				return
 			}
-			if writeSSE(w, "tree_event", fmt.Sprint(ev.Seq), api.Response{Status: "tree_event", Event: &ev}) != nil {
+			if writeSSE(w, api.StatusEvent, fmt.Sprint(ev.Seq), api.Response{Status: api.StatusEvent, Event: &ev}) != nil {
 				return
 			}
 			if len(events) == 0 && rc.Flush() != nil {

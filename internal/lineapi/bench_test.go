@@ -12,10 +12,10 @@ import (
 )
 
 // BenchmarkRoundTripSocket measures a verb's round trip through client over
-// the Unix socket against the fake engine (so it is the face's cost: encode,
+// the Unix socket against the real engine over the directory-copy files (mostly the face's cost: encode,
 // write, serve, read, decode), with metrics on as in the daemon.
 func BenchmarkRoundTripSocket(b *testing.B) {
-	f := facetest.NewFake()
+	f := facetest.NewEngine(b)
 	m, _ := metrics.New(metrics.Config{NoRuntime: true})
 	path := serve(b, f, lineapi.Config{Metrics: m})
 	ctx := context.Background()

@@ -47,7 +47,13 @@
 // backs off (5 ms doubling to 1 s), so it neither spins nor leaves clients
 // hanging. A connection holds a 4 KiB read buffer (longer lines are gathered
 // by readLine); write buffers come from a pool, held only while a reply is
-// written. After a flood subsides (an eighth of a peak of 256 or more) one
+// written. What is gathered for lines still waiting for their newline counts
+// against one budget for all connections (Config.MaxPendingLineBytes,
+// default 64 MiB): a connection whose partial line would pass it gets a limit
+// line and is closed, rather than waiting, since the bytes that fill the
+// budget wait on their own clients and waiting would free none of them. A
+// request that fits the read buffer (every ordinary one) never touches the
+// budget, so a flood of partial lines cannot lock ordinary clients out. After a flood subsides (an eighth of a peak of 256 or more) one
 // goroutine of Serve returns the freed memory to the OS.
 //
 // # Lifecycle and goroutines

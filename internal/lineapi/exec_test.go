@@ -29,7 +29,7 @@ func (execHandler) Exec(ctx context.Context, req api.Request, out func(api.ExecO
 // TestExecStream: tree_exec's reply is its output lines, then its exit
 // line (or an error), and the connection goes on in request mode.
 func TestExecStream(t *testing.T) {
-	path := serve(t, execHandler{facetest.NewFake()}, lineapi.Config{})
+	path := serve(t, execHandler{facetest.NewEngine(t)}, lineapi.Config{})
 	got := rawLines(t, path, `{"op":"tree_exec","tree_id":"t","node_id":"n1","argv":["echo","hi"]}`+"\n"+
 		`{"op":"tree_exec","tree_id":"t","node_id":"gone","argv":["true"]}`+"\n"+`{"op":"ping"}`+"\n")
 	if len(got) != 5 {
@@ -49,7 +49,7 @@ func TestExecStream(t *testing.T) {
 		t.Fatalf("after the exec: %+v", got[4])
 	}
 	// A handler that does not serve exec says so.
-	plain := serve(t, facetest.NewFake(), lineapi.Config{})
+	plain := serve(t, facetest.NewEngine(t), lineapi.Config{})
 	r := rawLines(t, plain, `{"op":"tree_exec","tree_id":"t","node_id":"n1","argv":["true"]}`+"\n")
 	if len(r) != 1 || r[0].Code != api.CodeNotSupported {
 		t.Fatalf("tree_exec without an Execer: %+v", r)

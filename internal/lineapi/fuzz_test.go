@@ -24,7 +24,7 @@ var knownCodes = func() map[string]bool {
 }()
 
 // FuzzLineAPI feeds arbitrary bytes to one connection's decode and dispatch
-// (against the fake engine, with a tree "t" and node "n1" to hit): it must
+// (against the real engine, with a tree "t" and node "n1" to hit): it must
 // not panic, every reply must be one well-formed JSON line, every error reply
 // must carry a known code and a message, and without a watch every non-blank
 // request line gets exactly one reply.
@@ -41,17 +41,21 @@ func FuzzLineAPI(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	// One engine for every input: a fresh one, or a fresh tree, costs
+	// milliseconds (the engine syncs its metadata when it creates and
+	// deletes trees), and 50,000 inputs must fit a test run. Each input
+	// finds tree "t" loaded with its root n1 (made again when an input
+	// dropped or deleted it, or grew it past a few nodes): the property
+	// checked, one well-formed reply per request line, holds in any state.
+	eng := facetest.NewEngine(f)
+	s, err := New(Config{Handler: eng, MaxLineBytes: 4096})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		fake := facetest.NewFake()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := fake.Do(ctx, api.Request{Op: api.OpTreeCreate, TreeID: "t", Base: "/b"}); err != nil {
-			t.Fatal(err)
-		}
-		s, err := New(Config{Handler: fake, MaxLineBytes: 4096})
-		if err != nil {
-			t.Fatal(err)
-		}
+		eng.KeepTree(t, "t", "/b", 16)
 		var out bytes.Buffer
 		nc := &bufConn{r: bytes.NewReader(data), w: &out}
 		c := &conn{s: s, nc: nc, idle: -1, br: bufio.NewReaderSize(nc, 4<<10)}
@@ -59,7 +63,7 @@ func FuzzLineAPI(f *testing.F) {
 		c.wg.Wait()
 		c.flush()
 		cancel()
-		fake.Wait()
+		eng.Wait()
 
 		replies := 0
 		for line := range strings.Lines(out.String()) {

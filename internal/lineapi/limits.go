@@ -169,7 +169,11 @@ func (c *conns) scavenge(ctx context.Context) {
 // block for long: the socket is new, its buffer empty.
 func refuse(c net.Conn, err error) {
 	b, _ := json.Marshal(errorResponse(err))
-	c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	// A line to a new connection fits its socket buffer: the deadline only
+	// bounds a peer that sent so much it filled it. It is generous, since
+	// the accept loop is descheduled at times on a loaded machine (100 ms
+	// once let a refused client see EOF instead of the reason).
+	c.SetWriteDeadline(time.Now().Add(time.Second))
 	c.Write(append(b, '\n'))
 	c.Close()
 }

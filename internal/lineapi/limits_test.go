@@ -43,7 +43,7 @@ func TestDefaultLimits(t *testing.T) {
 			t.Errorf("DefaultLimits(%d) leaves %d descriptors, under the reserve of 256", c.nofile, int(c.nofile)-l.MaxConns)
 		}
 	}
-	if _, err := lineapi.New(lineapi.Config{Handler: facetest.NewFake(), MaxConns: -1}); err == nil {
+	if _, err := lineapi.New(lineapi.Config{Handler: facetest.NewEngine(t), MaxConns: -1}); err == nil {
 		t.Error("New accepted MaxConns -1")
 	}
 }
@@ -90,7 +90,7 @@ func TestConnCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := serve(t, facetest.NewFake(), lineapi.Config{MaxConns: 3, Metrics: m})
+	path := serve(t, facetest.NewEngine(t), lineapi.Config{MaxConns: 3, Metrics: m})
 	var held []net.Conn
 	for range 3 {
 		c := dial(t, path)
@@ -130,7 +130,7 @@ func TestConnCap(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 
-	peruid := serve(t, facetest.NewFake(), lineapi.Config{MaxConns: 10, MaxConnsPerUID: 2})
+	peruid := serve(t, facetest.NewEngine(t), lineapi.Config{MaxConns: 10, MaxConnsPerUID: 2})
 	for range 2 {
 		if r, err := ping(t, dial(t, peruid)); err != nil || r.Status != "pong" {
 			t.Fatalf("ping within the per-uid cap: %+v, %v", r, err)
@@ -147,7 +147,7 @@ func TestConnCap(t *testing.T) {
 // are not.
 func TestIdleTimeout(t *testing.T) {
 	const idle = 300 * time.Millisecond
-	fake := facetest.NewFake()
+	fake := facetest.NewEngine(t)
 	if _, err := fake.Do(context.Background(), api.Request{Op: api.OpTreeCreate, TreeID: "t", Base: "/b"}); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestIdleTimeout(t *testing.T) {
 // a verb that is not read-only too.
 func TestClientIdleReconnect(t *testing.T) {
 	const idle = 100 * time.Millisecond
-	fake := facetest.NewFake()
+	fake := facetest.NewEngine(t)
 	path := serve(t, fake, lineapi.Config{IdleTimeout: idle})
 	cl := client.New(path)
 	defer cl.Close()
@@ -245,19 +245,11 @@ func TestAcceptOutOfFiles(t *testing.T) {
 	}
 	ln := &emfileListener{Listener: inner}
 	ln.fail.Store(true)
-	s, err := lineapi.New(lineapi.Config{Handler: facetest.NewFake()})
+	s, err := lineapi.New(lineapi.Config{Handler: facetest.NewEngine(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
+	run(t, s, ln)
 	c := dial(t, path)
 	r, err := readReply(t, c, 5*time.Second)
 	if err != nil || r.Code != api.CodeLimit || !strings.Contains(r.Message, "out of file descriptors") {

@@ -13,10 +13,12 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/access"
+	"github.com/arbor-dev/arbor/internal/audit"
 	"github.com/arbor-dev/arbor/internal/metrics"
 )
 
@@ -38,8 +40,12 @@ type Execer interface {
 // DefaultMaxLineBytes bounds one request line.
 const DefaultMaxLineBytes = 1 << 20
 
+// DefaultMaxPendingLineBytes bounds the bytes buffered for incomplete
+// request lines across all connections (see Config.MaxPendingLineBytes).
+const DefaultMaxPendingLineBytes = 64 << 20
+
 // StatusEvent is the status of a streamed watch event line.
-const StatusEvent = "tree_event"
+const StatusEvent = api.StatusEvent
 
 // Config configures a Server. Handler is required; the rest have defaults.
 type Config struct {
@@ -51,10 +57,20 @@ type Config struct {
 	Handler   Handler
 	// Metrics counts requests and times them; nil records nothing.
 	Metrics *metrics.Metrics
+	// Audit gets one line per request (its verb, the peer's uid, the
+	// outcome); nil keeps none. The daemon shares one with the HTTP face.
+	Audit *audit.Log
 	// Logger logs recovered panics and accept errors; nil discards.
 	Logger *slog.Logger
 	// MaxLineBytes bounds a request line; 0 means DefaultMaxLineBytes.
 	MaxLineBytes int
+	// MaxPendingLineBytes bounds the bytes buffered for incomplete lines
+	// (a line longer than the 4 KiB read buffer, gathered until its
+	// newline) across all connections; 0 means DefaultMaxPendingLineBytes.
+	// A connection whose partial line would take the total past it gets
+	// one "limit" error line and is closed. It must be at least
+	// MaxLineBytes, so that one line of the largest size can be read.
+	MaxPendingLineBytes int64
 	// MaxConns bounds the connections served at once, MaxConnsPerUID those
 	// of one peer uid; past either a new connection gets one "limit" error
 	// line and is closed. 0 means the default of DefaultLimits, derived
@@ -70,9 +86,10 @@ type Config struct {
 
 // Server serves the JSON-lines protocol.
 type Server struct {
-	cfg Config
-	lim Limits
-	log *slog.Logger
+	cfg     Config
+	lim     Limits
+	log     *slog.Logger
+	pending budget // bytes buffered for incomplete lines, all connections
 }
 
 // New validates cfg and returns a Server.
@@ -85,6 +102,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxLineBytes == 0 {
 		cfg.MaxLineBytes = DefaultMaxLineBytes
+	}
+	if cfg.MaxPendingLineBytes == 0 {
+		cfg.MaxPendingLineBytes = max(DefaultMaxPendingLineBytes, int64(cfg.MaxLineBytes))
+	}
+	if cfg.MaxPendingLineBytes < int64(cfg.MaxLineBytes) {
+		return nil, fmt.Errorf("lineapi: Config.MaxPendingLineBytes %d is below MaxLineBytes %d", cfg.MaxPendingLineBytes, cfg.MaxLineBytes)
 	}
 	if cfg.MaxConns < 0 || cfg.MaxConnsPerUID < 0 {
 		return nil, fmt.Errorf("lineapi: Config.MaxConns %d and MaxConnsPerUID %d must not be negative", cfg.MaxConns, cfg.MaxConnsPerUID)
@@ -111,8 +134,12 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, lim: lim, log: log}, nil
+	return &Server{cfg: cfg, lim: lim, log: log, pending: budget{max: cfg.MaxPendingLineBytes}}, nil
 }
+
+// PendingLineBytes is how many bytes the server holds now for incomplete
+// request lines, across all connections (at most MaxPendingLineBytes).
+func (s *Server) PendingLineBytes() int64 { return s.pending.used.Load() }
 
 // Limits returns the connection limits the server enforces.
 func (s *Server) Limits() Limits { return s.lim }
@@ -177,8 +204,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		backoff = 0
 		uid, known := connUID(c)
 		if reason, err := cs.admit(uid, known); err != nil {
+			s.cfg.Metrics.Limited(reason) // counted before the client can read why
 			refuse(c, err)
-			s.cfg.Metrics.Limited(reason)
 			if refused++; time.Since(lastLog) >= time.Second {
 				s.log.Warn("lineapi: refusing connections", "refused", refused, "last", err)
 				refused, lastLog = 0, time.Now()
@@ -207,8 +234,8 @@ func (s *Server) drainOne(ln net.Listener, sp *spare) {
 	dl.SetDeadline(time.Now().Add(10 * time.Millisecond)) // never wait for a new one
 	defer dl.SetDeadline(time.Time{})
 	if c, err := ln.Accept(); err == nil {
-		refuse(c, api.Errorf(api.ErrLimit, "arbord: out of file descriptors; retry later"))
 		s.cfg.Metrics.Limited(metrics.LimitFDs)
+		refuse(c, api.Errorf(api.ErrLimit, "arbord: out of file descriptors; retry later"))
 	}
 }
 
@@ -218,7 +245,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		// checked against them); without them nothing is served.
 		cred, err := PeerCred(uc)
 		if err != nil {
-			b, _ := json.Marshal(errorResponse(api.Errorf(api.ErrAuth, "peer credentials unavailable: %v", err)))
+			b, _ := json.Marshal(errorResponse(fmt.Errorf("peer credentials unavailable: %w: %w", err, api.ErrAuth)))
 			c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 			c.Write(append(b, '\n'))
 			c.Close()
@@ -313,7 +340,15 @@ func (c *conn) serve(ctx context.Context) {
 		// Nothing is in flight while serve waits here: the idle timeout
 		// runs (a request line must arrive whole within it).
 		c.deadline(c.nc.SetReadDeadline)
-		line, err := readLine(c.br, c.s.cfg.MaxLineBytes)
+		line, err := readLine(c.br, c.s.cfg.MaxLineBytes, &c.s.pending)
+		if errors.Is(err, errPendingBudget) {
+			// Waiting for room would not free any: the lines that hold it
+			// wait on their own clients. Refuse this one and go on.
+			c.s.cfg.Metrics.Limited(metrics.LimitLineBudget)
+			c.write(errorResponse(api.Errorf(api.ErrLimit, "arbord: the daemon holds %d bytes of incomplete request lines (its limit); closing this connection with its partial line, retry later", c.s.pending.max)))
+			c.flush()
+			return
+		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			// Whatever part of a line came is not served: say why.
 			c.write(errorResponse(api.Errorf(api.ErrLimit, "arbord: closing the connection after %v with no request (the idle timeout); reconnect to go on", c.idle)))
@@ -322,7 +357,7 @@ func (c *conn) serve(ctx context.Context) {
 			return
 		}
 		if errors.Is(err, errLineTooLong) {
-			c.s.cfg.Metrics.Observe(metrics.FaceLine, metrics.OpUnknown, api.CodeBadRequest, 0)
+			c.s.record(ctx, api.Request{Op: metrics.OpUnknown}, api.CodeBadRequest, time.Now())
 			if c.reply(errorResponse(api.Errorf(api.ErrBadRequest, "request line longer than %d bytes", c.s.cfg.MaxLineBytes))) != nil {
 				return
 			}
@@ -344,7 +379,7 @@ func (c *conn) handle(ctx context.Context, line []byte) bool {
 	start := time.Now()
 	req, err := Decode(line)
 	if err != nil {
-		c.s.cfg.Metrics.Observe(metrics.FaceLine, opLabel(req.Op), api.CodeBadRequest, time.Since(start))
+		c.s.record(ctx, api.Request{Op: opLabel(req.Op)}, api.CodeBadRequest, start)
 		return c.reply(errorResponse(err)) == nil
 	}
 	if req.Op == api.OpTreeWatch {
@@ -367,8 +402,29 @@ func (s *Server) do(ctx context.Context, req api.Request, start time.Time) api.R
 	} else if resp.Status == "" {
 		resp.Status = api.StatusOK
 	}
-	s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, code, time.Since(start))
+	s.record(ctx, req, code, start)
 	return resp
+}
+
+// record counts and times one request (code metrics.CodeOK or its error
+// code) and writes its audit line.
+func (s *Server) record(ctx context.Context, req api.Request, code string, start time.Time) {
+	d := time.Since(start)
+	s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, code, d)
+	if s.cfg.Audit == nil {
+		return
+	}
+	e := audit.Entry{Face: audit.FaceLine, DurationUS: d.Microseconds(), Op: req.Op, Tree: req.TreeID, Node: req.NodeID}
+	if e.Node == "" {
+		e.Node = req.SourceID
+	}
+	if code != metrics.CodeOK {
+		e.Code = code
+	}
+	if uid, ok := Peer(ctx); ok {
+		e.UID = &uid
+	}
+	s.cfg.Audit.Write(e)
 }
 
 func (s *Server) call(ctx context.Context, req api.Request) (resp api.Response, err error) {
@@ -399,12 +455,12 @@ func (c *conn) watch(ctx context.Context, req api.Request, start time.Time) bool
 	snap, events, err := c.s.callWatch(ctx, req.TreeID)
 	if err != nil {
 		resp := errorResponse(err)
-		c.s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, resp.Code, time.Since(start))
+		c.s.record(ctx, req, resp.Code, start)
 		return c.reply(resp) == nil
 	}
-	c.s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, metrics.CodeOK, time.Since(start))
+	c.s.record(ctx, req, metrics.CodeOK, start)
 	if snap.Status == "" {
-		snap.Status = "tree_watching"
+		snap.Status = api.StatusWatching
 	}
 	if c.reply(snap) != nil {
 		return false
@@ -495,7 +551,7 @@ func (c *conn) reply(resp api.Response) error {
 func (c *conn) write(resp api.Response) error {
 	b, err := json.Marshal(resp)
 	if err != nil { // cannot happen with api types; answer something well-formed
-		b, _ = json.Marshal(errorResponse(api.Errorf(api.ErrInternal, "encoding reply: %v", err)))
+		b, _ = json.Marshal(errorResponse(fmt.Errorf("encoding reply: %w: %w", err, api.ErrInternal)))
 	}
 	b = append(b, '\n')
 	// A reply the client does not take within the idle timeout ends the
@@ -509,17 +565,47 @@ func errorResponse(err error) api.Response {
 	return api.Response{Status: api.StatusError, Code: api.Code(err), Message: err.Error()}
 }
 
-var errLineTooLong = errors.New("line too long")
+var (
+	errLineTooLong   = errors.New("line too long")
+	errPendingBudget = errors.New("pending line budget exhausted")
+)
 
-// readLine returns the next line without its newline. A line over max bytes
+// budget counts bytes against a maximum, for any goroutine.
+type budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// reserve takes n bytes, or reports false (taking none) if that would pass max.
+func (b *budget) reserve(n int64) bool {
+	for {
+		u := b.used.Load()
+		if u+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+func (b *budget) release(n int64) { b.used.Add(-n) }
+
+// readLine returns the next line without its newline. A line over maxLen bytes
 // is consumed up to its newline and reported as errLineTooLong. At the end
 // of input it returns the last unterminated line (if any) with the error.
-func readLine(br *bufio.Reader, max int) ([]byte, error) {
+//
+// A line that fits the reader's buffer costs nothing more. A longer one is
+// gathered in a buffer whose capacity is reserved from pending while it
+// grows (and given back when readLine returns); if pending has no room for
+// the next growth, readLine fails with errPendingBudget.
+func readLine(br *bufio.Reader, maxLen int, pending *budget) (line []byte, err error) {
 	var long []byte
+	defer func() { pending.release(int64(cap(long))) }()
 	for {
 		frag, err := br.ReadSlice('\n')
 		if err == nil && long == nil {
-			if len(frag)-1 > max {
+			if len(frag)-1 > maxLen {
 				return nil, errLineTooLong
 			}
 			return frag[:len(frag)-1], nil
@@ -528,7 +614,7 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 		if err == nil {
 			n-- // the newline
 		}
-		if n > max {
+		if n > maxLen {
 			// Too long: discard the rest of the line. A read error is
 			// seen again by the next call.
 			for errors.Is(err, bufio.ErrBufferFull) {
@@ -536,9 +622,21 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 			}
 			return nil, errLineTooLong
 		}
+		if need := len(long) + len(frag); need > cap(long) {
+			// Grow by doubling, but never past what the longest line needs.
+			c := min(max(2*cap(long), need), maxLen+1)
+			if !pending.reserve(int64(c - cap(long))) {
+				return nil, errPendingBudget
+			}
+			grown := make([]byte, len(long), c) // its capacity is what is reserved
+			copy(grown, long)
+			long = grown
+		}
 		long = append(long, frag...)
 		switch {
 		case err == nil:
+			// The caller serves the line after the deferred release: the
+			// budget bounds lines still waiting for their newline.
 			return long[:len(long)-1], nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
@@ -563,7 +661,7 @@ func Decode(line []byte) (api.Request, error) {
 	if req.Op == "" {
 		return req, api.Errorf(api.ErrBadRequest, `invalid request: no "op"`)
 	}
-	if !knownOps[req.Op] {
+	if !known(req.Op) {
 		return req, api.Errorf(api.ErrBadRequest, "unknown op %q", truncate(req.Op, 64))
 	}
 	return req, nil
@@ -593,21 +691,16 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// knownOps are the ops the face passes to the Handler. Keeping the list here
-// bounds the op label of the metrics and keeps junk away from the engine.
-var knownOps = map[string]bool{
-	api.OpPing: true, api.OpTreeCreate: true, api.OpTreeFork: true, api.OpTreeForkBat: true,
-	api.OpTreeCommit: true, api.OpTreeAbort: true, api.OpTreeRollback: true, api.OpTreeProtect: true,
-	api.OpTreeUnprot: true, api.OpTreePrune: true, api.OpTreeSuspend: true, api.OpTreeResume: true,
-	api.OpTreeEvict: true, api.OpTreeNodes: true, api.OpTreeList: true, api.OpTreeWatch: true,
-	api.OpTreeDrop: true, api.OpTreeDelete: true, api.OpTreeOpen: true, api.OpTreeExec: true,
-	api.OpWsMount: true, api.OpWsUnmount: true, api.OpWsCreate: true, api.OpWsCommit: true,
-	api.OpWsAbort: true, api.OpWsSwitch: true, api.OpWsList: true, api.OpWsDiff: true, api.OpWsMounts: true,
-	api.OpShutdown: true,
+// known reports whether op is in api's verb table: only those reach the
+// Handler, which bounds the op label of the metrics and keeps junk away
+// from the engine.
+func known(op string) bool {
+	_, ok := api.Lookup(op)
+	return ok
 }
 
 func opLabel(op string) string {
-	if knownOps[op] {
+	if known(op) {
 		return op
 	}
 	return metrics.OpUnknown

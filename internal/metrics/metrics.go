@@ -75,6 +75,9 @@ const (
 	LimitPerUID = "max_conns_per_uid" // the per-uid cap
 	LimitFDs    = "out_of_fds"        // accept failed for want of descriptors
 	LimitIdle   = "idle"              // closed after the idle timeout
+	// LimitLineBudget: closed because its partial line would take the
+	// bytes buffered for incomplete lines past the daemon's budget.
+	LimitLineBudget = "line_budget"
 )
 
 // New builds a Metrics with its own registry.

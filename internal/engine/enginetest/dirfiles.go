@@ -1,8 +1,11 @@
-package engine_test
+// Package enginetest holds test helpers for the engine and for what sits
+// on it: OpenDirFiles, a directory-copy engine.Files that needs no FUSE and
+// no root, and New, a real engine over it. The faces' scenarios
+// (internal/facetest) run against that real engine. Only tests import it.
+package enginetest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -47,7 +50,9 @@ type dirBranch struct {
 	gen     uint64
 }
 
-func openDirFiles(ctx context.Context, dir, base string) (engine.Files, error) {
+// OpenDirFiles is an engine.OpenFiles whose branches are full directory
+// copies (see dirFiles). It passes internal/engine/filestest.
+func OpenDirFiles(ctx context.Context, dir, base string) (engine.Files, error) {
 	st, err := os.Stat(base)
 	if err != nil || !st.IsDir() {
 		return nil, api.Errorf(api.ErrNotFound, "base %s is not a directory", base)
@@ -93,7 +98,7 @@ func openDirFiles(ctx context.Context, dir, base string) (engine.Files, error) {
 				continue
 			}
 			if _, err := fmt.Sscanf(string(m), "%s %d", &b.parent, &b.forkGen); err != nil {
-				return nil, fmt.Errorf("meta %s: %v", name, err)
+				return nil, fmt.Errorf("meta %s: %w", name, err)
 			}
 		}
 		f.branches[name] = b
@@ -320,5 +325,3 @@ func copyTree(src, dst string) error {
 		return nil
 	})
 }
-
-var _ = errors.Is
