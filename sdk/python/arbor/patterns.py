@@ -659,7 +659,8 @@ class Cascaded:
             for r in wave_results:
                 r.number, r.index = wave, r.index + len(results)
                 if not r.success and r.error and not r.killed:
-                    feedback.append(r.error.removeprefix("AttemptFailed: "))
+                    r.error = r.error.removeprefix("AttemptFailed: ")
+                    feedback.append(r.error)
             results += wave_results
             if winner is not None:
                 return Outcome(winner, results, True)
