@@ -455,9 +455,13 @@ class Reflexion:
                        feedback=feedback, backend=backend)
             (r,) = g.run(timeout=self.timeout)
             r.number = number
-            results.append(r)
             if r.success:
-                return Outcome(r, results, _commit(g, r))
+                ok = _commit(g, r)
+                r.index = number
+                results.append(r)
+                return Outcome(r, results, ok)
+            r.index = number
+            results.append(r)
             if self.critique is not None and not r.killed:
                 try:
                     feedback = self.critique(g.attempts[0])
