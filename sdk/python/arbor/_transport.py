@@ -125,13 +125,15 @@ class _Pool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: list[Any] = []
+        self._inherited: list[Any] = []
         self._pid = os.getpid()
         self.closed = False
 
     def get(self) -> Any | None:
         with self._lock:
             if self._pid != os.getpid():
-                self._idle, self._pid = [], os.getpid()
+                # Inherited from the parent: held (not closed, not collected) and never used.
+                self._inherited, self._idle, self._pid = self._idle, [], os.getpid()
             return self._idle.pop() if self._idle else None
 
     def put(self, c: Any, close: Any) -> None:
