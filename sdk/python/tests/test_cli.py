@@ -132,6 +132,25 @@ class Recipe(unittest.TestCase):
         self.assertIn("not served by this daemon", p.stderr)
 
 
+class Install(unittest.TestCase):
+    def test_pip_installs_offline(self) -> None:
+        """pip install ./sdk/python needs no index: the build backend is in the tree."""
+        if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode:
+            self.skipTest(f"no pip for {sys.executable}")
+        target = os.path.join(D.tmp, "site")
+        p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                            "--target", target, SDK], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(os.path.exists(os.path.join(target, "arbor", "py.typed")))
+        env = {**D.env(), "PYTHONPATH": target}
+        p = subprocess.run([sys.executable, "-c", "import arbor, arbor.aio, arbor.patterns; "
+                            "print(arbor.__file__, arbor.Client().ping())"],
+                           env=env, capture_output=True, text=True, cwd=D.tmp, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(p.stdout.startswith(target))
+        self.assertTrue(p.stdout.strip().endswith(arbor.__version__))
+
+
 class Version(unittest.TestCase):
     def test_sdk_is_versioned_with_the_daemon(self) -> None:
         import re
