@@ -14,6 +14,7 @@ import http.client
 import json
 import os
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -36,11 +37,26 @@ def check(reply: dict[str, Any], op: str, http_status: int | None = None) -> dic
 
 
 class _LineConn:
-    """One socket connection with its own read buffer (so liveness can be checked)."""
+    """One socket connection with its own read buffer (so liveness can be checked).
+
+    The socket stays in blocking mode, its timeouts set in the kernel (SO_RCVTIMEO,
+    SO_SNDTIMEO; an expired one fails the call with EAGAIN) only when they change:
+    a Python-level timeout would cost two fcntl calls and a poll per call, and
+    would make the non-blocking liveness peek wait."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.buf = bytearray()
+        self.timeout: float | None = None
+
+    def set_timeout(self, t: float | None) -> None:
+        if t == self.timeout:
+            return
+        secs = 0.0 if t is None else max(t, 1e-6)
+        tv = struct.pack("ll", int(secs), int((secs % 1) * 1e6))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        self.timeout = t
 
     def readline(self) -> bytes:
         while True:
@@ -62,8 +78,7 @@ class _LineConn:
         if self.buf:
             return False
         try:
-            self.sock.settimeout(0)  # with a timeout set, Python would wait for data first
-            self.sock.recv(1, socket.MSG_PEEK)
+            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
             return False  # an unasked-for line, or the end of the stream
         except BlockingIOError:
             return True
@@ -175,6 +190,7 @@ class SocketTransport:
         except OSError as e:
             s.close()
             raise DaemonUnavailable(f"connecting to arbord at {self.path}: {e}") from e
+        s.settimeout(None)
         return _LineConn(s)
 
     def _get(self, timeout: float | None) -> tuple[_LineConn, bool]:
@@ -193,10 +209,10 @@ class SocketTransport:
         for attempt in (0, 1):
             c, reused = self._get(t)
             try:
-                c.sock.settimeout(t)
+                c.set_timeout(t)
                 c.sock.sendall(line)
                 reply = _wire.decode_line(c.readline())
-            except socket.timeout as e:
+            except (socket.timeout, BlockingIOError) as e:
                 c.close()
                 raise Timeout(f"{op}: no reply within {t}s", op=op) from e
             except (OSError, EOFError, ValueError) as e:
@@ -216,9 +232,10 @@ class SocketTransport:
         t = self.timeout if timeout is None else timeout
         c = self._dial(t)
         try:
+            c.set_timeout(t)
             c.sock.sendall(_wire.encode_line(req))
             first = check(_wire.decode_line(c.readline()), op)
-        except socket.timeout as e:
+        except (socket.timeout, BlockingIOError) as e:
             c.close()
             raise Timeout(f"{op}: no reply within {t}s", op=op) from e
         except (OSError, EOFError, ValueError) as e:
@@ -227,7 +244,7 @@ class SocketTransport:
         except BaseException:
             c.close()
             raise
-        c.sock.settimeout(None)
+        c.set_timeout(None)
 
         def lines() -> Iterator[dict[str, Any]]:
             while True:

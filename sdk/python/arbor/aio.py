@@ -177,8 +177,16 @@ class AsyncNode:
                  path: str | None = None) -> None:
         self.tree, self.id, self.label, self._path = tree, node_id, label, path
         self.info: NodeInfo | None = None
-        self.files = AsyncFiles(self)
         self.last_fork_latency = 0.0
+        self._files: AsyncFiles | None = None
+
+    __slots__ = ("tree", "id", "label", "_path", "info", "last_fork_latency", "_files")
+
+    @property
+    def files(self) -> AsyncFiles:
+        if self._files is None:
+            self._files = AsyncFiles(self)
+        return self._files
 
     def _adopt(self, info: NodeInfo) -> None:
         self.info, self._path, self.label = info, info.path, info.label
@@ -196,7 +204,7 @@ class AsyncNode:
         return await self.tree.client._t.call(_verbs.node(op, self.tree.id, self.id))
 
     def _child(self, f: dict[str, Any]) -> AsyncNode:
-        return AsyncNode(self.tree, str(f["node_id"]), label=f.get("label") or None, path=f.get("path") or None)
+        return AsyncNode(self.tree, f["node_id"], label=f.get("label") or None, path=f.get("path") or None)
 
     async def refresh(self) -> NodeInfo:
         info = (await self.tree.snapshot()).node(self.id)

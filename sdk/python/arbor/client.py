@@ -222,6 +222,8 @@ class Node:
     way in); ``exec`` and ``files`` reach it through the backend where it has them.
     """
 
+    __slots__ = ("tree", "id", "label", "_path", "info", "last_fork_latency", "_files")
+
     def __init__(self, tree: Tree, node_id: str, *, label: str | None = None,
                  path: str | None = None) -> None:
         self.tree = tree
@@ -229,9 +231,16 @@ class Node:
         self.label = label
         self._path = path
         self.info: NodeInfo | None = None
-        self.files = Files(self)
         #: The daemon-measured latency of this node's last fork, in seconds.
         self.last_fork_latency = 0.0
+        self._files: Files | None = None
+
+    @property
+    def files(self) -> Files:
+        """The node's files through the daemon (see :class:`Files`)."""
+        if self._files is None:
+            self._files = Files(self)
+        return self._files
 
     def _adopt(self, info: NodeInfo) -> None:
         self.info, self._path, self.label = info, info.path, info.label
@@ -251,7 +260,7 @@ class Node:
         return self.tree.client._t.call(_verbs.node(op, self.tree.id, self.id))
 
     def _child(self, f: dict[str, Any]) -> Node:
-        return Node(self.tree, str(f["node_id"]), label=f.get("label") or None, path=f.get("path") or None)
+        return Node(self.tree, f["node_id"], label=f.get("label") or None, path=f.get("path") or None)
 
     def refresh(self) -> NodeInfo:
         """Read this node's state from the daemon."""
