@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import select
 import socket
 import struct
 import threading
@@ -48,6 +49,7 @@ class _LineConn:
         self.sock = sock
         self.buf = bytearray()
         self.timeout: float | None = None
+        self._poll: select.poll | None = None
 
     def set_timeout(self, t: float | None) -> None:
         if t == self.timeout:
@@ -77,13 +79,12 @@ class _LineConn:
         with a line saying so, and at a restart)."""
         if self.buf:
             return False
-        try:
-            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-            return False  # an unasked-for line, or the end of the stream
-        except BlockingIOError:
-            return True
-        except OSError:
-            return False
+        if self._poll is None:
+            self._poll = select.poll()
+            self._poll.register(self.sock, select.POLLIN)
+        # Readable means an unasked-for line or the end of the stream; one poll(2)
+        # with no wait (a failed non-blocking peek would cost an exception).
+        return not self._poll.poll(0)
 
     def close(self) -> None:
         try:
@@ -116,11 +117,14 @@ class Stream:
         except StopIteration:
             self.close()
             raise
-        except (OSError, EOFError, ValueError):
-            if self._closed:
-                raise StopIteration from None
+        except (OSError, EOFError, ValueError, http.client.HTTPException):
+            # The daemon ended the stream (a shutdown), or close() did.
             self.close()
             raise StopIteration from None
+        except Exception:
+            if self._closed:  # http.client's reader torn down under it by close()
+                raise StopIteration from None
+            raise
 
     def close(self) -> None:
         if not self._closed:
