@@ -5,8 +5,9 @@ Starts its own arbord (built from the checkout, or $ARBORD) in a temporary home,
 the tests do, and prints medians:
 
 - a verb round trip (ping, tree_nodes) and a fork_batch of 10: a bare JSON-lines
-  client (one socket, json.dumps/loads) against the SDK's blocking and asyncio
-  clients, interleaved round by round; the difference is what the SDK adds;
+  client (one socket, json.dumps/loads; and one asyncio stream) against the SDK's
+  blocking and asyncio clients, interleaved round by round; the difference is what
+  the SDK adds;
 - BestOfN of 8 attempts (each writes a file and scores itself) end to end: the
   fork_batch, 8 parallel attempts, the commit of the best and 7 aborts.
 
@@ -83,23 +84,32 @@ def main() -> int:
                 out.append(time.perf_counter_ns() - t0)
             return out
 
+        ar, aw = loop.run_until_complete(asyncio.open_unix_connection(d.socket, limit=1 << 24))
+
+        async def araw(req: dict) -> dict:  # the asyncio floor: one stream, one line each way
+            aw.write(json.dumps(req).encode() + b"\n")
+            await aw.drain()
+            return json.loads(await ar.readline())
+
         verbs = {
-            "ping": (lambda: raw.do({"op": "ping"}), c.ping, ac.ping),
+            "ping": (lambda: raw.do({"op": "ping"}), c.ping, ac.ping, lambda: araw({"op": "ping"})),
             "tree_nodes": (lambda: raw.do({"op": "tree_nodes", "tree_id": tree.id}), tree.snapshot,
-                           atree.snapshot),
+                           atree.snapshot, lambda: araw({"op": "tree_nodes", "tree_id": tree.id})),
         }
         rows = []
-        for name, (fr, fs, fa) in verbs.items():
+        for name, (fr, fs, fa, far) in verbs.items():
             timed(fr, 200)  # warm up
             timed(fs, 200)
             loop.run_until_complete(atimed(fa, 200))
-            r, s, y = [], [], []
+            loop.run_until_complete(atimed(far, 200))
+            r, s, y, z = [], [], [], []
             for _ in range(a.rounds // 100):
                 r += timed(fr, 100)
                 s += timed(fs, 100)
                 y += loop.run_until_complete(atimed(fa, 100))
-            rows.append((name, r, s, y))
-        r, s, y = [], [], []
+                z += loop.run_until_complete(atimed(far, 100))
+            rows.append((name, r, s, y, z))
+        r, s, y, z = [], [], [], []
         labels = [""] * 10
         for _ in range(a.batches):
             t0 = time.perf_counter_ns()
@@ -116,11 +126,20 @@ def main() -> int:
                 y.append(time.perf_counter_ns() - t0)
                 return akids
             abort_all([k.id for k in loop.run_until_complete(afork())])
-        rows.append(("fork_batch(10)", r, s, y))
-        print(f"{'verb':16s} {'raw p50':>10s} {'sync p50':>10s} {'+sync':>8s} {'aio p50':>10s} {'+aio':>8s}  (µs)")
-        for name, r, s, y in rows:
-            mr, ms, my = (statistics.median(x) / 1e3 for x in (r, s, y))
-            print(f"{name:16s} {mr:10.1f} {ms:10.1f} {ms - mr:8.1f} {my:10.1f} {my - mr:8.1f}")
+
+            async def arawfork() -> dict:
+                t0 = time.perf_counter_ns()
+                rep = await araw({"op": "tree_fork_batch", "tree_id": tree.id, "source_id": root,
+                                  "labels": labels})
+                z.append(time.perf_counter_ns() - t0)
+                return rep
+            abort_all([f["node_id"] for f in loop.run_until_complete(arawfork())["forks"]])
+        rows.append(("fork_batch(10)", r, s, y, z))
+        print(f"{'verb':16s} {'raw':>8s} {'sync':>8s} {'+sync':>7s} {'aio raw':>8s} {'aio':>8s} {'+aio':>7s}"
+              "   (p50, µs)")
+        for name, r, s, y, z in rows:
+            mr, ms, my, mz = (statistics.median(x) / 1e3 for x in (r, s, y, z))
+            print(f"{name:16s} {mr:8.1f} {ms:8.1f} {ms - mr:7.1f} {mz:8.1f} {my:8.1f} {my - mz:7.1f}")
 
         def attempt(at: arbor.patterns.Attempt) -> tuple[bool, float]:
             with open(os.path.join(at, "f"), "w") as f:
@@ -136,6 +155,7 @@ def main() -> int:
             assert o.committed and o.winner.index == 7
         print(f"BestOfN(8) end to end: p50 {statistics.median(e2e) / 1e6:.2f} ms, "
               f"min {min(e2e) / 1e6:.2f} ms, max {max(e2e) / 1e6:.2f} ms over {a.bestofn} runs")
+        aw.close()
         loop.run_until_complete(ac.close())
         loop.close()
         tree.delete()

@@ -99,9 +99,18 @@ class _Pool:
 
 
 async def _within(aw: Any, t: float | None, op: str) -> Any:
+    """Await aw within t seconds. asyncio.timeout (3.11) where there is one: wait_for
+    runs the awaitable as a task of its own, which costs more than the round trip."""
+    if t is None:
+        return await aw
     try:
+        if hasattr(asyncio, "timeout"):
+            async with asyncio.timeout(t):
+                return await aw
         return await asyncio.wait_for(aw, t)
-    except asyncio.TimeoutError as e:
+    except (asyncio.TimeoutError, TimeoutError) as e:
+        if isinstance(e, Timeout):
+            raise
         raise Timeout(f"{op}: no reply within {t}s", op=op) from e
 
 
