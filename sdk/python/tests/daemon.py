@@ -2,7 +2,8 @@
 temporary home with the socket and an HTTP face on a free loopback port, and
 stopped by its pid (SIGTERM, which unmounts its trees; SIGKILL after 20 s).
 
-One daemon serves a whole test module (setUpModule / tearDownModule).
+One daemon serves a whole test module: a test module imports ``D``,
+``setUpModule`` and ``tearDownModule`` from here, and ``D`` is that module's daemon.
 """
 
 from __future__ import annotations
@@ -119,3 +120,34 @@ class Daemon:
         for mp in sorted(mine, reverse=True):
             subprocess.run(["umount", "-l", mp], stderr=subprocess.DEVNULL, check=False)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class _Current:
+    """The daemon of the test module running now (see setUpModule)."""
+
+    daemon: Daemon | None = None
+
+    def __getattr__(self, name: str) -> object:
+        if _Current.daemon is None:
+            raise RuntimeError("no daemon: the test module has no setUpModule from tests.daemon")
+        return getattr(_Current.daemon, name)
+
+
+#: The running test module's daemon.
+D: Daemon = _Current()  # type: ignore[assignment]
+
+
+def setUpModule() -> None:
+    _Current.daemon = Daemon()
+
+
+def tearDownModule() -> None:
+    if _Current.daemon is not None:
+        _Current.daemon.stop()
+        _Current.daemon = None
+
+
+def read(path: str | os.PathLike[str], name: str = "") -> str:
+    """A file's text (path, or name inside the directory path)."""
+    with open(os.path.join(path, name) if name else path) as f:
+        return f.read()

@@ -6,26 +6,12 @@ import asyncio
 import os
 import unittest
 
-from tests.daemon import Daemon
+from tests.daemon import D, read, setUpModule, tearDownModule  # noqa: F401
 
 import arbor
 from arbor.aio import AsyncClient, AsyncNode
 
-D: Daemon
 
-
-def setUpModule() -> None:
-    global D
-    D = Daemon()
-
-
-def tearDownModule() -> None:
-    D.stop()
-
-
-def read(path: str) -> str:
-    with open(path) as f:
-        return f.read()
 
 
 class AsyncVerbs:

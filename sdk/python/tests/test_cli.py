@@ -10,25 +10,11 @@ import sys
 import time
 import unittest
 
-from tests.daemon import SDK, Daemon
+from tests.daemon import SDK, D, read, setUpModule, tearDownModule  # noqa: F401
 
 import arbor
 
-D: Daemon
 
-
-def setUpModule() -> None:
-    global D
-    D = Daemon()
-
-
-def tearDownModule() -> None:
-    D.stop()
-
-
-def read(path: str) -> str:
-    with open(path) as f:
-        return f.read()
 
 
 class CLI(unittest.TestCase):

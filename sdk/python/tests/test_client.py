@@ -10,27 +10,13 @@ import tempfile
 import threading
 import unittest
 
-from tests.daemon import REPO, Daemon
+from tests.daemon import REPO, D, read, setUpModule, tearDownModule  # noqa: F401
 
 import arbor
 from arbor import _wire
 from arbor.errors import from_reply
 
-D: Daemon
 
-
-def setUpModule() -> None:
-    global D
-    D = Daemon()
-
-
-def tearDownModule() -> None:
-    D.stop()
-
-
-def read(path: str) -> str:
-    with open(path) as f:
-        return f.read()
 
 
 def write(path: str, text: str) -> None:

@@ -10,27 +10,13 @@ import threading
 import time
 import unittest
 
-from tests.daemon import SDK, Daemon
+from tests.daemon import SDK, D, read, setUpModule, tearDownModule  # noqa: F401
 
 import arbor
 from arbor.patterns import (Attempt, BeamSearch, BestOfN, Cascaded, Reflexion, Speculate, Tournament,
                             TreeOfThoughts)
 
-D: Daemon
 
-
-def setUpModule() -> None:
-    global D
-    D = Daemon()
-
-
-def tearDownModule() -> None:
-    D.stop()
-
-
-def read(path: str | os.PathLike[str], name: str = "") -> str:
-    with open(os.path.join(path, name) if name else path) as f:
-        return f.read()
 
 
 def put(a: Attempt, name: str, text: str, mode: str = "w") -> None:
