@@ -13,7 +13,7 @@ import unittest
 from tests.daemon import REPO, D, read, setUpModule, tearDownModule  # noqa: F401
 
 import arbor
-from arbor import _wire
+from arbor import _verbs, _wire
 from arbor.errors import from_reply
 
 
@@ -366,6 +366,51 @@ class WireErrors(unittest.TestCase):
             method, path, _ = _wire.http_route(req)
             pattern = re.sub(r"/t(?=/|$)", "/{tree}", path).replace("/nodes/n", "/nodes/{node}")
             self.assertRegex(doc, rf"(?m)^//\s+{method}\s+{re.escape(pattern)}\s", req)
+
+
+class ExecWire(unittest.TestCase):
+    """Reading an exec reply (issue 11's shapes) into an ExecResult, without a daemon: the
+    dir backend has no processes, so these lines cannot come from a real one yet."""
+
+    def test_streaming_form(self) -> None:
+        seen: list[bytes] = []
+        col = _verbs.ExecCollector(on_stdout=seen.append)
+        lines = [{"status": "exec_started", "process_id": "p1"},
+                 {"status": "exec_output", "stream": "stdout", "data": "hello "},
+                 {"status": "exec_output", "stream": "stderr", "data_b64": "AAE="},
+                 {"status": "exec_output", "stream": "stdout", "data": "world"},
+                 {"status": "exec_exit", "exit_code": 3, "duration_ns": 1_500_000_000}]
+        outs = [col.feed(line) for line in lines]
+        self.assertEqual([o.stream for o in outs if o], ["stdout", "stderr", "stdout"])
+        r = col.done()
+        self.assertEqual((r.exit_code, r.stdout, r.stderr, r.duration, r.signal),
+                         (3, b"hello world", b"\x00\x01", 1.5, None))
+        self.assertEqual(r["exit_code"], 3)
+        self.assertFalse(r.ok)
+        self.assertEqual(seen, [b"hello ", b"world"])
+        self.assertEqual(col.process_id, "p1")
+
+    def test_collected_form_and_signal(self) -> None:
+        col = _verbs.ExecCollector()
+        col.feed({"status": "ok", "exit_code": 0, "stdout": "out", "stderr": "", "duration_ns": 10})
+        self.assertEqual((col.done().stdout, col.done().ok), (b"out", True))
+        col = _verbs.ExecCollector()
+        col.feed({"status": "exec_exit", "exit_code": -1, "signal": "KILL"})
+        self.assertEqual((col.done().exit_code, col.done().signal), (None, "KILL"))
+        with self.assertRaises(arbor.ArborError):
+            _verbs.ExecCollector().done()  # the stream ended before the exit line
+
+    def test_requests(self) -> None:
+        req = _verbs.exec_req("t", "n", "echo hi", "/w", {"K": "V"}, 2.5)
+        self.assertEqual(req["argv"], ["/bin/sh", "-c", "echo hi"])
+        self.assertEqual((req["timeout_ns"], req["env"], req["cwd"]), (2_500_000_000, {"K": "V"}, "/w"))
+        self.assertEqual(_wire.http_route(dict(req, stream=True))[:2],
+                         ("POST", "/v1/trees/t/nodes/n/exec?stream=ndjson"))
+        w = _verbs.file_write("t", "n", "d/f.txt", b"\x00x", 0o600)
+        self.assertEqual(_wire.http_route(w), ("PUT", "/v1/trees/t/nodes/n/files/d/f.txt",
+                                               {"data_b64": "AHg=", "mode": 0o600}))
+        with self.assertRaises(arbor.BadRequestError):
+            _verbs.exec_req("t", "n", [], None, None, None)
 
 
 if __name__ == "__main__":
