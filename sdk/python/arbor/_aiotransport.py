@@ -123,7 +123,8 @@ class AsyncSocketTransport:
 
     async def _dial(self, t: float | None, op: str) -> _Conn:
         try:
-            return await _within(asyncio.open_unix_connection(self.path, limit=MAX_REPLY), t, op)
+            c: _Conn = await _within(asyncio.open_unix_connection(self.path, limit=MAX_REPLY), t, op)
+            return c
         except (FileNotFoundError, ConnectionRefusedError) as e:
             raise DaemonUnavailable(f"no arbord answers at {self.path}: {e.strerror}", op=op) from e
         except OSError as e:
@@ -247,7 +248,8 @@ class AsyncHTTPTransport:
 
     async def _dial(self, t: float | None, op: str) -> _Conn:
         try:
-            return await _within(asyncio.open_connection(self._host, self._port, limit=MAX_REPLY), t, op)
+            c: _Conn = await _within(asyncio.open_connection(self._host, self._port, limit=MAX_REPLY), t, op)
+            return c
         except ConnectionRefusedError as e:
             raise DaemonUnavailable(f"no arbord answers at {self.url}: {e.strerror}", op=op) from e
         except OSError as e:

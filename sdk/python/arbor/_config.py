@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
 
 #: The file in the daemon's home holding the HTTP token (api.HTTPTokenFile).
@@ -35,15 +36,16 @@ def _configured_socket(path: str) -> str | None:
             raw = f.read()
     except OSError:
         return None
-    try:
-        import tomllib  # Python >= 3.11
-        v = tomllib.loads(raw.decode()).get("socket")
+    if sys.version_info >= (3, 11):
+        import tomllib
+        try:
+            v = tomllib.loads(raw.decode()).get("socket")
+        except ValueError:
+            return None  # the daemon reports a broken file itself
         return v if isinstance(v, str) and v else None
-    except ImportError:  # 3.10: the one key we need, read plainly
+    else:  # no tomllib: the one key we need, read plainly
         m = re.search(r'^\s*socket\s*=\s*"([^"]+)"', raw.decode(errors="replace"), re.M)
         return m.group(1) if m else None
-    except ValueError:
-        return None  # the daemon reports a broken file itself
 
 
 def socket_path(home_dir: str | None = None) -> str:

@@ -286,7 +286,8 @@ class HTTPTransport:
         self._pool = _Pool()
 
     def _new(self, timeout: float | None) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        cls: type[http.client.HTTPConnection] = (
+            http.client.HTTPSConnection if self._https else http.client.HTTPConnection)
         return cls(self._host, self._port, timeout=timeout)
 
     def _headers(self, body: bytes | None, accept: str) -> dict[str, str]:

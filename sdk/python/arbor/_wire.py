@@ -96,8 +96,8 @@ def http_route(req: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None]:
     if op == "tree_abort":
         return "DELETE", node, None
     if op in _NODE_VERBS:
-        body = {"process_id": req["process_id"]} if req.get("process_id") else None
-        return "POST", f"{node}/{_NODE_VERBS[op]}", body
+        kill = {"process_id": req["process_id"]} if req.get("process_id") else None
+        return "POST", f"{node}/{_NODE_VERBS[op]}", kill
     if op == "exec":
         body = {k: req[k] for k in ("argv", "cwd", "env", "timeout_ns", "detach") if req.get(k)}
         return "POST", node + "/exec" + ("?stream=ndjson" if req.get("stream") else ""), body

@@ -137,6 +137,20 @@ class Install(unittest.TestCase):
         self.assertTrue(p.stdout.strip().endswith(arbor.__version__))
 
 
+class Typed(unittest.TestCase):
+    def test_mypy_strict(self) -> None:
+        """The package type-checks strictly for every Python it supports (Debian's python3-mypy)."""
+        for py in ("/usr/bin/python3", sys.executable):
+            if subprocess.run([py, "-m", "mypy", "--version"], capture_output=True).returncode == 0:
+                break
+        else:
+            self.skipTest("no mypy (apt-get install python3-mypy)")
+        for version in ("3.10", "3.11", "3.12"):
+            p = subprocess.run([py, "-m", "mypy", "--strict", "--no-incremental", "--python-version", version,
+                                os.path.join(SDK, "arbor")], capture_output=True, text=True, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+
 class Version(unittest.TestCase):
     def test_sdk_is_versioned_with_the_daemon(self) -> None:
         import re
