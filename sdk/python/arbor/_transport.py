@@ -290,6 +290,14 @@ class HTTPTransport:
             http.client.HTTPSConnection if self._https else http.client.HTTPConnection)
         return cls(self._host, self._port, timeout=timeout)
 
+    def _idle_conn(self) -> http.client.HTTPConnection | None:
+        """An idle keep-alive connection the server has not closed (one poll(2) each)."""
+        while (c := self._pool.get()) is not None:
+            if c.sock is not None and not select.select([c.sock], [], [], 0)[0]:
+                return c  # type: ignore[no-any-return]
+            c.close()
+        return None
+
     def _headers(self, body: bytes | None, accept: str) -> dict[str, str]:
         h = {"Accept": accept, "User-Agent": "arbor-python"}
         if self.token:
@@ -328,7 +336,7 @@ class HTTPTransport:
         op = req["op"]
         t = self.timeout if timeout is None else timeout
         for attempt in (0, 1):
-            conn = self._pool.get()
+            conn = self._idle_conn()
             reused = conn is not None
             conn = conn or self._new(t)
             try:
@@ -336,10 +344,10 @@ class HTTPTransport:
                 data = resp.read()
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
-                if reused and attempt == 0 and not isinstance(e, socket.timeout) and (
-                        op in _wire.READ_ONLY or isinstance(e, (http.client.RemoteDisconnected,
-                                                                BrokenPipeError))):
-                    continue  # a keep-alive connection the server had closed
+                # A keep-alive connection the server closed as the request went out:
+                # repeated only where that is harmless (the verb may have been served).
+                if reused and attempt == 0 and op in _wire.READ_ONLY and not isinstance(e, socket.timeout):
+                    continue
                 raise self._fail(op, e, t) from e
             if resp.will_close:
                 conn.close()

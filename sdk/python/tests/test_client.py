@@ -322,6 +322,18 @@ class Endpoints(unittest.TestCase):
                 conn.sock.shutdown(socket.SHUT_RDWR)
             self.assertEqual(c.ping(), arbor.__version__)
 
+    def test_server_closed_keepalive_connection_is_not_used(self) -> None:
+        base = D.base()
+        with D.client("http") as c:
+            t = c.create_tree(base)
+            try:
+                kid = t.root.fork()
+                for conn in c._t._pool._idle:  # as the server's idle timeout would
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+                kid.commit()  # a verb that is not repeated on a failure: it must go out on a fresh one
+            finally:
+                t.delete()
+
 
 class WireErrors(unittest.TestCase):
     """The error table, and what a daemon without a verb answers."""
