@@ -290,8 +290,8 @@ class AsyncHTTPTransport:
                 raise
             except (OSError, EOFError, ValueError, asyncio.IncompleteReadError) as e:
                 _close(c)
-                if reused and attempt == 0:
-                    continue  # a keep-alive connection the server had closed
+                if reused and attempt == 0 and op in _wire.READ_ONLY:
+                    continue  # a keep-alive connection the server had closed (repeat only reads)
                 raise ConnectionLost(f"{op}: connection to arbord at {self.url} lost: {e}", op=op) from e
             except BaseException:
                 _close(c)
