@@ -196,6 +196,21 @@ class Verbs:
                     break
         self.assertEqual(kinds, [("fork", kid.id), ("protect", kid.id)])
 
+    def test_watch_every_tree(self) -> None:
+        other = self.c.create_tree(D.base())
+        try:
+            with self.c.watch() as w:
+                other.root.fork()
+                kid = self.tree.root.fork()
+                seen = []
+                for ev in w:
+                    seen.append((ev.tree_id, ev.kind))
+                    if ev.node_id == kid.id:
+                        break
+            self.assertEqual(seen, [(other.id, "fork"), (self.tree.id, "fork")])
+        finally:
+            other.delete()
+
     def test_watch_closed_from_another_thread(self) -> None:
         w = self.tree.watch()
         threading.Timer(0.2, w.close).start()
