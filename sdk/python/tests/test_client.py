@@ -205,7 +205,7 @@ class Verbs:
                 seen = []
                 for ev in w:
                     seen.append((ev.tree_id, ev.kind))
-                    if ev.node_id == kid.id:
+                    if (ev.tree_id, ev.node_id) == (self.tree.id, kid.id):  # ids are per tree
                         break
             self.assertEqual(seen, [(other.id, "fork"), (self.tree.id, "fork")])
         finally:
