@@ -148,25 +148,33 @@ class _Pool:
         self._pid = os.getpid()
         self.closed = False
 
+    def _after_fork(self) -> None:
+        # In a forked child (one thread: no lock needed here) the connections are the
+        # parent's: held (not closed, not collected) and never used; and the lock may
+        # have been copied while another thread of the parent held it.
+        if self._pid != os.getpid():
+            self._lock = threading.Lock()
+            self._inherited, self._idle, self._pid = self._idle, [], os.getpid()
+
     def get(self) -> Any | None:
+        self._after_fork()
         with self._lock:
-            if self._pid != os.getpid():
-                # Inherited from the parent: held (not closed, not collected) and never used.
-                self._inherited, self._idle, self._pid = self._idle, [], os.getpid()
             return self._idle.pop() if self._idle else None
 
     def put(self, c: Any, close: Any) -> None:
+        self._after_fork()
         with self._lock:
-            if not self.closed and self._pid == os.getpid() and len(self._idle) < MAX_IDLE:
+            if not self.closed and len(self._idle) < MAX_IDLE:
                 self._idle.append(c)
                 return
         close(c)
 
     def drain(self) -> list[Any]:
+        self._after_fork()
         with self._lock:
             self.closed = True
             idle, self._idle = self._idle, []
-            return idle if self._pid == os.getpid() else []
+            return idle
 
 
 class SocketTransport:

@@ -105,6 +105,14 @@ _default: Client | None = None
 _default_lock = threading.Lock()
 
 
+def _reinit_default_lock() -> None:  # a fork may copy it held by another thread
+    global _default_lock
+    _default_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reinit_default_lock)
+
+
 def default_client() -> Client:
     """The process-wide client that Tree.create and friends use when given none."""
     global _default
