@@ -10,7 +10,8 @@ node's directory on the dir backend, so BranchContext code that takes ``path``
 works as is) and carries the node, its index, a ``cancelled`` event and
 :meth:`Attempt.run` to start processes that die with the attempt. A candidate
 succeeds unless it raises or returns False; returning ``(ok, score)`` gives a
-score as well.
+score as well. A candidate may be ``async def``: it runs on an event loop of its own
+in its worker; ``await pattern.arun(tree)`` runs a pattern from asyncio code.
 
 Killing an attempt (a timeout, a cancellation, or a sibling that won) kills
 every process it started through :meth:`Attempt.run`, and aborts its node, which
@@ -27,6 +28,8 @@ success loses with StaleError and is aborted.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import pickle
 import queue
@@ -182,12 +185,19 @@ def _interpret(ret: Any) -> tuple[bool, float | None]:
     return True, None
 
 
+async def _awaited(aw: Any) -> Any:
+    return await aw
+
+
 def _body(a: Attempt, fn: Candidate, args: tuple[Any, ...], commit: bool) -> Result:
     """Run one candidate (in a thread or a forked child) and, if asked, commit on success."""
     start = time.monotonic()
     res = Result(a.index, a.node.id, path=a.node.path, number=a.number)
     try:
-        ok, res.score = _interpret(ret := fn(a, *args))
+        ret = fn(a, *args)
+        if inspect.isawaitable(ret):  # an async candidate: its own event loop, in its worker
+            ret = asyncio.run(_awaited(ret))
+        ok, res.score = _interpret(ret)
         res.success, res.value = ok, ret
         if not ok:
             res.error = "returned False"
@@ -381,7 +391,19 @@ def _commit(group: _Group, r: Result | None) -> bool:
     return True
 
 
-class Speculate:
+class _Pattern:
+    """What every pattern has besides ``__call__``."""
+
+    async def arun(self, node: Node | Tree) -> Outcome:
+        """Run the pattern from asyncio code (agent frameworks): the attempts run in their
+        workers as always, and the event loop is not blocked meanwhile."""
+        return await asyncio.to_thread(self, node)
+
+    def __call__(self, node: Node | Tree) -> Outcome:
+        raise NotImplementedError
+
+
+class Speculate(_Pattern):
     """Race the candidates in parallel: the first to succeed commits, the others are killed
     and aborted (a later success loses the daemon's first-commit-wins race and is aborted)."""
 
@@ -404,7 +426,7 @@ class Speculate:
         return Outcome(winner, results, winner is not None)
 
 
-class BestOfN:
+class BestOfN(_Pattern):
     """Run every candidate to the end, score the successes, commit the best and abort the
     rest. The score is ``evaluate(attempt)`` if given, else the candidate's ``(ok, score)``,
     else ``scores[i]``, else 1.0. ``commit=False`` aborts every attempt and only returns
@@ -436,7 +458,7 @@ class BestOfN:
         return Outcome(w, results, _commit(g, w))
 
 
-class Reflexion:
+class Reflexion(_Pattern):
     """Try ``task(attempt, number, feedback)`` up to ``max_retries`` times, each in a fresh
     fork; a failed try is aborted and ``critique(attempt)`` (or its error) becomes the next
     try's feedback. The first success commits."""
@@ -473,7 +495,7 @@ class Reflexion:
         return Outcome(None, results, False)
 
 
-class TreeOfThoughts:
+class TreeOfThoughts(_Pattern):
     """Run the strategies in parallel and commit the best success by ``evaluate``. With
     ``max_depth`` > 1 everything happens in a root branch: each level's winner commits
     into it, ``expand(root, depth)`` makes the next level's strategies from that
@@ -524,7 +546,7 @@ class TreeOfThoughts:
         return Outcome(w, all_results, True)
 
 
-class BeamSearch:
+class BeamSearch(_Pattern):
     """Keep the ``beam_width`` best successes alive per level; each beam grows its own state
     in nested forks (``expand(beam, depth)`` gives its next strategies); at the end the best
     beam's chain is committed into the node the search ran on and the rest is aborted."""
@@ -595,7 +617,7 @@ class BeamSearch:
         return Outcome(best_r, all_results, True)
 
 
-class Tournament:
+class Tournament(_Pattern):
     """Run every candidate, then a single-elimination bracket of ``judge(a, b)`` calls
     (0: a wins, 1: b wins; an odd one out gets a bye) among the successes; the bracket's
     winner commits."""
@@ -623,7 +645,7 @@ class Tournament:
         return Outcome(w, results, _commit(g, w))
 
 
-class Cascaded:
+class Cascaded(_Pattern):
     """Waves of growing width (``fan_out``): each wave races ``task(attempt, feedback)``
     (first success commits); every failure's error joins ``feedback`` for the waves
     after. ``task`` returns ``(ok, error)``; ``wave_timeout`` bounds each wave and

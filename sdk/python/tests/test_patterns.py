@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import os
 import subprocess
@@ -271,6 +272,32 @@ class TestOthers(PatternCase):
                                    timeout=120)
                 self.assertEqual(p.returncode, 0, p.stderr)
                 self.assertIn("committed: True", p.stdout)
+
+
+class TestAsync(PatternCase):
+    def test_async_candidates_and_arun(self) -> None:
+        async def candidate(a: Attempt) -> tuple[bool, float]:
+            await asyncio.sleep(0.01 * a.index)
+            put(a, "f.txt", f"async {a.index}")
+            return True, float(a.index)
+
+        async def main() -> arbor.patterns.Outcome:
+            ticks = 0
+
+            async def ticker() -> None:  # the caller's loop runs while the pattern does
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0.001)
+            t = asyncio.ensure_future(ticker())
+            o = await BestOfN(candidate, n=4).arun(self.tree)
+            t.cancel()
+            self.assertGreater(ticks, 5)
+            return o
+        o = asyncio.run(main())
+        self.assertEqual((o.winner.index, o.committed), (3, True))
+        self.assertEqual(read(self.base, "f.txt"), "async 3")
+        self.only_root_left()
 
 
 class TestOnHTTP(unittest.TestCase):
