@@ -18,7 +18,7 @@ from typing import Any, overload
 from . import _config, _verbs
 from ._aiotransport import AsyncHTTPTransport, AsyncSocketTransport, AsyncStream
 from .client import DEFAULT_TIMEOUT
-from .errors import ArborError, NotFoundError
+from .errors import ArborError, NotFoundError, StaleError
 from .types import (Budget, Event, ExecResult, FileInfo, NodeInfo, Output, Snapshot, TreeInfo, Usage,
                     wire_bytes)
 
@@ -265,8 +265,14 @@ class AsyncNode:
             with contextlib.suppress(ArborError):
                 await child.abort()
             raise
-        with contextlib.suppress(NotFoundError):
+        try:
             await child.commit()
+        except NotFoundError:
+            pass  # the block committed or aborted it itself
+        except StaleError:
+            with contextlib.suppress(ArborError):
+                await child.abort()  # lost to a sibling: nothing of it is kept
+            raise
 
     async def exec(self, argv: Sequence[str] | str, *, cwd: str | None = None,
                    env: Mapping[str, str] | None = None, timeout: float | None = None,

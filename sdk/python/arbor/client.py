@@ -14,7 +14,7 @@ from typing import Any, overload
 
 from . import _config, _verbs
 from ._transport import HTTPTransport, SocketTransport, Stream
-from .errors import ArborError, NotFoundError
+from .errors import ArborError, NotFoundError, StaleError
 from .types import Budget, Event, ExecResult, FileInfo, NodeInfo, Output, Snapshot, TreeInfo, Usage, wire_bytes
 
 #: The default per-call timeout in seconds (a reply, not a process: exec has its own).
@@ -347,8 +347,14 @@ class Node:
             with contextlib.suppress(ArborError):
                 child.abort()
             raise
-        with contextlib.suppress(NotFoundError):
+        try:
             child.commit()
+        except NotFoundError:
+            pass  # the block committed or aborted it itself
+        except StaleError:
+            with contextlib.suppress(ArborError):
+                child.abort()  # lost to a sibling: nothing of it is kept
+            raise
 
     def exec(self, argv: Sequence[str] | str, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
              timeout: float | None = None, on_stdout: Callable[[bytes], Any] | None = None,

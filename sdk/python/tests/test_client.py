@@ -166,6 +166,11 @@ class Verbs:
         self.assertEqual([n.id for n in self.tree.nodes()], [self.tree.root.id])
         with self.tree.branch() as b:  # a block that decided itself is left alone
             b.abort()
+        with self.assertRaises(arbor.StaleError):  # lost to a sibling: raised, and aborted
+            with self.tree.branch() as b:
+                other = self.tree.root.fork()
+                other.commit()
+        self.assertEqual([n.id for n in self.tree.nodes()], [self.tree.root.id])
         self.assertFalse(os.path.exists(os.path.join(self.base, "nothing")))
 
     def test_errors(self) -> None:
