@@ -8,6 +8,7 @@ One daemon serves a whole test module: a test module imports ``D``,
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -36,6 +37,7 @@ def arbord_binary() -> str:
     if _built is None:
         go = shutil.which("go") or "/usr/local/go/bin/go"
         out = tempfile.mkdtemp(prefix="arbor-pytest-bin-")
+        atexit.register(shutil.rmtree, out, True)
         subprocess.run([go, "build", "-o", out, "./cmd/arbord"], cwd=REPO, check=True)
         _built = os.path.join(out, "arbord")
     return _built
