@@ -48,6 +48,10 @@ trap cleanup EXIT
 go run ./cmd/arbor doctor || true
 go vet ./...
 go test -race -timeout 20m -count=1 ./...
+# The Python SDK (sdk/python, standard library only) against a real arbord
+# that its tests start in homes under the run's directory and stop by pid.
+go build -o "$run_dir/bin/" ./cmd/arbord
+(cd sdk/python && ARBORD=$run_dir/bin/arbord timeout 15m python3 -m unittest discover -t . -s tests)
 # Fuzz budgets are counts, not durations: a -fuzztime duration can fail
 # with a bare "context deadline exceeded" as it runs out (golang/go#75804,
 # fixed in Go 1.27; this is 1.26).

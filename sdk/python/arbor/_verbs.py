@@ -1,0 +1,129 @@
+"""Each verb's request and how its reply is read, shared by the blocking and the
+asyncio objects (whose methods are one line over these)."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .errors import ArborError, BadRequestError
+from .types import Budget, ExecResult, FileInfo, Output, wire_bytes
+
+Req = dict[str, Any]
+
+
+def create(base: str | os.PathLike[str], backend: str | None, budget: Budget | Mapping[str, int] | None,
+           tree_id: str | None) -> Req:
+    b = budget.wire() if isinstance(budget, Budget) else (dict(budget) if budget else None)
+    return {"op": "tree_create", "base": os.path.abspath(os.fspath(base)), "backend": backend,
+            "budget": b or None, "tree_id": tree_id}
+
+
+def fork(tree: str, source: str, n: int | None, label: str | None,
+         labels: Sequence[str] | None) -> tuple[Req, bool]:
+    """The fork request and whether it is a batch (one fork_batch for n or labels)."""
+    if labels is not None and (n is not None or label is not None):
+        raise BadRequestError("fork: give n, label or labels, not two of them", op="tree_fork")
+    if n is not None:
+        if label is not None:
+            raise BadRequestError("fork: give n or label, not both", op="tree_fork")
+        if not isinstance(n, int) or n < 1:
+            raise BadRequestError(f"fork: n must be a positive count, not {n!r}", op="tree_fork_batch")
+        labels = [""] * n
+    if labels is not None:
+        return {"op": "tree_fork_batch", "tree_id": tree, "source_id": source,
+                "labels": list(labels)}, True
+    return {"op": "tree_fork", "tree_id": tree, "source_id": source, "label": label}, False
+
+
+def forks(reply: Req) -> list[Req]:
+    """The children a fork reply names."""
+    out = list(reply.get("forks") or ())
+    if not out and reply.get("node_id"):
+        out = [{"node_id": reply["node_id"], "path": reply.get("path")}]
+    if not out:
+        raise ArborError(f"fork reply names no node (status {reply.get('status')!r})", "internal")
+    return out
+
+
+def node(op: str, tree: str, node_id: str) -> Req:
+    return {"op": op, "tree_id": tree, "node_id": node_id}
+
+
+def tree(op: str, tree_id: str | None) -> Req:
+    return {"op": op, "tree_id": tree_id}
+
+
+def exec_req(tree_id: str, node_id: str, argv: Sequence[str] | str, cwd: str | None,
+             env: Mapping[str, str] | None, timeout: float | None, detach: bool = False) -> Req:
+    if isinstance(argv, str):
+        argv = ["/bin/sh", "-c", argv]
+    if not argv:
+        raise BadRequestError("exec: argv must not be empty", op="exec")
+    return {"op": "exec", "tree_id": tree_id, "node_id": node_id, "argv": [str(a) for a in argv],
+            "cwd": cwd, "env": dict(env) if env else None,
+            "timeout_ns": int(timeout * 1e9) if timeout else None, "detach": detach or None}
+
+
+def exec_timeout(call_timeout: float | None, timeout: float | None) -> float | None:
+    """The client's read deadline of an exec: the process's own timeout and a grace."""
+    if timeout is None:
+        return None  # output may pause as long as the process likes
+    return timeout + (call_timeout or 30.0)
+
+
+class ExecCollector:
+    """Reads the lines of an exec stream: output chunks go to the callbacks and are
+    collected; the exit line ends it."""
+
+    def __init__(self, on_stdout: Any = None, on_stderr: Any = None) -> None:
+        self.cb = {"stdout": on_stdout, "stderr": on_stderr}
+        self.out: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+        self.result: ExecResult | None = None
+        self.process_id: str | None = None
+
+    def feed(self, line: Req) -> Output | None:
+        """Take one line; returns the output chunk it carried, if any."""
+        if line.get("process_id"):
+            self.process_id = str(line["process_id"])
+        if "exit_code" in line or line.get("status") in ("exec_exit", "exec_done") or "signal" in line:
+            # The streaming form sent the output before; the collected form carries it here.
+            carried = any(k in line for k in ("stdout", "stdout_b64", "stderr", "stderr_b64"))
+            if carried and not (self.out["stdout"] or self.out["stderr"]):
+                self.result = ExecResult.of(line)
+            else:
+                self.result = ExecResult.of(line, b"".join(self.out["stdout"]), b"".join(self.out["stderr"]))
+            return None
+        stream = line.get("stream")
+        if stream in self.out:
+            chunk = Output(stream, wire_bytes(line, "data"))
+            self.out[stream].append(chunk.data)
+            if self.cb[stream] is not None:
+                self.cb[stream](chunk.data)
+            return chunk
+        return None
+
+    def done(self, op: str = "exec") -> ExecResult:
+        if self.result is None:
+            raise ArborError(f"{op}: the stream ended before the process's exit", "connection_lost", op=op)
+        return self.result
+
+
+def file_req(op: str, tree_id: str, node_id: str, path: str, **kw: Any) -> Req:
+    return {"op": op, "tree_id": tree_id, "node_id": node_id, "path": path, **kw}
+
+
+def file_write(tree_id: str, node_id: str, path: str, data: bytes | str, mode: int | None) -> Req:
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    return file_req("file_write", tree_id, node_id, path,
+                    data_b64=base64.b64encode(raw).decode(), mode=mode)
+
+
+def file_list(reply: Req) -> list[FileInfo]:
+    return [FileInfo.of(e) for e in reply.get("entries") or reply.get("files") or ()]
+
+
+def file_stat(reply: Req) -> FileInfo:
+    return FileInfo.of(reply.get("file") or reply)

@@ -1,0 +1,463 @@
+"""The blocking client: :class:`Client` (one daemon), :class:`Tree` and :class:`Node`.
+
+Every method is one round trip to arbord (or a stream) and is safe to call from
+many threads at once; a wire error raises its typed exception (arbor.errors).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, overload
+
+from . import _config, _verbs
+from ._transport import HTTPTransport, SocketTransport, Stream
+from .errors import ArborError, NotFoundError, StaleError
+from .types import Budget, Event, ExecResult, FileInfo, NodeInfo, Output, Snapshot, TreeInfo, Usage, wire_bytes
+
+#: The default per-call timeout in seconds (a reply, not a process: exec has its own).
+DEFAULT_TIMEOUT = 60.0
+
+
+class Client:
+    """A connection to one arbord, over its Unix socket or its HTTP face.
+
+    With no arguments it finds the daemon as the CLI does: ``$ARBOR_URL`` (and
+    ``$ARBOR_TOKEN`` or HOME/http.token) selects HTTP, otherwise the socket of
+    ``$ARBOR_HOME``. ``timeout`` bounds each reply (None: wait forever).
+    """
+
+    def __init__(self, socket: str | None = None, *, url: str | None = None, token: str | None = None,
+                 home: str | None = None, timeout: float | None = DEFAULT_TIMEOUT) -> None:
+        ep = _config.endpoint(socket=socket, url=url, token=token, home_dir=home)
+        self.endpoint = ep
+        self.timeout = timeout
+        self._t: SocketTransport | HTTPTransport
+        if ep.url:
+            self._t = HTTPTransport(ep.url, ep.token, timeout)
+        else:
+            assert ep.socket is not None
+            self._t = SocketTransport(ep.socket, timeout)
+
+    @property
+    def transport(self) -> str:
+        """``"socket"`` or ``"http"``."""
+        return self._t.name
+
+    def call(self, op: str, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
+        """One raw request (``op`` and its wire fields); returns the reply dict."""
+        return self._t.call({"op": op, **fields}, timeout)
+
+    def stream(self, op: str, timeout: float | None = None, **fields: Any) -> Stream:
+        """A raw streaming request; the Stream's ``first`` is the first reply."""
+        return self._t.stream({"op": op, **fields}, timeout)
+
+    def ping(self) -> str:
+        """The daemon's version."""
+        return str(self.call("ping").get("version", ""))
+
+    def trees(self) -> list[TreeInfo]:
+        """Every tree the daemon holds."""
+        return [TreeInfo.of(t) for t in self.call("tree_list").get("trees") or ()]
+
+    def create_tree(self, base: str | os.PathLike[str], *, backend: str | None = None,
+                    budget: Budget | Mapping[str, int] | None = None, tree_id: str | None = None) -> Tree:
+        """Create a tree rooted at the directory ``base`` (see :meth:`Tree.create`)."""
+        r = self._t.call(_verbs.create(base, backend, budget, tree_id))
+        t = Tree(self, str(r["tree_id"]), str(r["root"]))
+        t.root._path = r.get("path") or None
+        return t
+
+    def tree(self, tree_id: str) -> Tree:
+        """The tree ``tree_id`` (NotFoundError if the daemon has none such)."""
+        snap = self.snapshot(tree_id)
+        t = Tree(self, tree_id, snap.root)
+        t.root._adopt(snap.node(snap.root))
+        return t
+
+    def open_tree(self, tree_id: str) -> Tree:
+        """Reload a tree the daemon dropped (or had before a restart) from disk."""
+        self.call("tree_open", tree_id=tree_id)
+        return self.tree(tree_id)
+
+    def snapshot(self, tree_id: str) -> Snapshot:
+        """A tree's nodes, usage and budget."""
+        return Snapshot.of(self.call("tree_nodes", tree_id=tree_id))
+
+    def watch(self, tree_id: str | None = None) -> Watch:
+        """The events of one tree (or of every tree) as an iterator; see :class:`Watch`."""
+        return Watch(self._t.stream({"op": "tree_watch", "tree_id": tree_id}))
+
+    def close(self) -> None:
+        """Close the idle connections (streams close on their own)."""
+        self._t.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_default: Client | None = None
+_default_lock = threading.Lock()
+
+
+def _reinit_default_lock() -> None:  # a fork may copy it held by another thread
+    global _default_lock
+    _default_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reinit_default_lock)
+
+
+def default_client() -> Client:
+    """The process-wide client that Tree.create and friends use when given none."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Client()
+        return _default
+
+
+class Watch:
+    """A tree's events: ``snapshot`` is the state when the watch began; iterate for
+    :class:`~arbor.types.Event` values until :meth:`close` or the daemon ends it."""
+
+    def __init__(self, stream: Stream) -> None:
+        self._s = stream
+        self.snapshot = Snapshot.of(stream.first)
+
+    def __iter__(self) -> Iterator[Event]:
+        for line in self._s:
+            if line.get("status") == "tree_event" and line.get("event"):
+                yield Event.of(line["event"])
+
+    def close(self) -> None:
+        self._s.close()
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Tree:
+    """A snapshot tree: one lineage of one environment, under a budget."""
+
+    def __init__(self, client: Client, tree_id: str, root_id: str) -> None:
+        self.client = client
+        self.id = tree_id
+        self.root = Node(self, root_id)
+
+    @classmethod
+    def create(cls, base: str | os.PathLike[str], *, backend: str | None = None,
+               budget: Budget | Mapping[str, int] | None = None, tree_id: str | None = None,
+               client: Client | None = None) -> Tree:
+        """Create a tree over the directory ``base`` (its root node shows the base's files;
+        a commit into the root writes the base). ``backend`` is dir (the default), jail or
+        vm where the daemon serves them; ``budget`` a :class:`Budget` or its fields."""
+        return (client or default_client()).create_tree(base, backend=backend, budget=budget,
+                                                         tree_id=tree_id)
+
+    @classmethod
+    def get(cls, tree_id: str, *, client: Client | None = None) -> Tree:
+        """An existing tree."""
+        return (client or default_client()).tree(tree_id)
+
+    def node(self, node_id: str) -> Node:
+        """A handle on the node ``node_id`` (no round trip; verbs on it check it exists)."""
+        return self.root if node_id == self.root.id else Node(self, node_id)
+
+    def snapshot(self) -> Snapshot:
+        """The tree's nodes, usage and budget, now."""
+        return self.client.snapshot(self.id)
+
+    def nodes(self) -> list[Node]:
+        """Every node, each carrying its state as of this call (``node.info``)."""
+        out = []
+        for info in self.snapshot().nodes:
+            n = self.node(info.id)
+            n._adopt(info)
+            out.append(n)
+        return out
+
+    def usage(self) -> Usage:
+        return self.snapshot().usage
+
+    def budget(self) -> Budget:
+        return self.snapshot().budget
+
+    def info(self) -> TreeInfo:
+        for t in self.client.trees():
+            if t.id == self.id:
+                return t
+        raise NotFoundError(f"tree {self.id!r}: not held by the daemon", op="tree_list")
+
+    def auto_evict(self) -> list[Node]:
+        """Suspend least recently used unprotected nodes until the tree fits its budget;
+        returns the suspended nodes."""
+        r = self.client.call("tree_auto_evict", tree_id=self.id)
+        return [self.node(i) for i in r.get("evicted") or ()]
+
+    def watch(self) -> Watch:
+        """This tree's events (see :class:`Watch`)."""
+        return self.client.watch(self.id)
+
+    def branch(self, label: str | None = None) -> contextlib.AbstractContextManager[Node]:
+        """``with tree.branch() as b:`` is ``tree.root.branch()``."""
+        return self.root.branch(label)
+
+    def drop(self) -> None:
+        """Forget the tree but keep it on disk (:meth:`Client.open_tree` reloads it)."""
+        self.client.call("tree_drop", tree_id=self.id)
+
+    def delete(self) -> None:
+        """Remove the tree for good (its nodes, layers and metadata; the base stays)."""
+        self.client.call("tree_delete", tree_id=self.id)
+
+    def __repr__(self) -> str:
+        return f"Tree({self.id!r}, root={self.root.id!r})"
+
+
+class Node:
+    """One state of a tree's environment.
+
+    ``path`` is where its files are on the host while it is live (the dir backend's
+    way in); ``exec`` and ``files`` reach it through the backend where it has them.
+    """
+
+    __slots__ = ("tree", "id", "label", "_path", "info", "last_fork_latency", "_files")
+
+    def __init__(self, tree: Tree, node_id: str, *, label: str | None = None,
+                 path: str | None = None) -> None:
+        self.tree = tree
+        self.id = node_id
+        self.label = label
+        self._path = path
+        self.info: NodeInfo | None = None
+        #: The daemon-measured latency of this node's last fork, in seconds.
+        self.last_fork_latency = 0.0
+        self._files: Files | None = None
+
+    @property
+    def files(self) -> Files:
+        """The node's files through the daemon (see :class:`Files`)."""
+        if self._files is None:
+            self._files = Files(self)
+        return self._files
+
+    def _adopt(self, info: NodeInfo) -> None:
+        self.info, self._path, self.label = info, info.path, info.label
+
+    @property
+    def path(self) -> str | None:
+        """The node's files on the host (None when it is not live, or not known yet:
+        :meth:`refresh` asks)."""
+        return self._path
+
+    def __fspath__(self) -> str:
+        if not self._path:
+            raise ArborError(f"node {self.id} has no path (not live, or its backend has none)", "bad_state")
+        return self._path
+
+    def _call(self, op: str) -> dict[str, Any]:
+        return self.tree.client._t.call(_verbs.node(op, self.tree.id, self.id))
+
+    def _child(self, f: dict[str, Any]) -> Node:
+        return Node(self.tree, f["node_id"], label=f.get("label") or None, path=f.get("path") or None)
+
+    def refresh(self) -> NodeInfo:
+        """Read this node's state from the daemon."""
+        info = self.tree.snapshot().node(self.id)
+        self._adopt(info)
+        return info
+
+    @property
+    def state(self) -> str:
+        """live, suspended or stale (as of the last refresh)."""
+        return (self.info or self.refresh()).state
+
+    @overload
+    def fork(self, n: None = None, *, label: str | None = None) -> Node: ...
+    @overload
+    def fork(self, n: int, *, label: None = None) -> list[Node]: ...
+    @overload
+    def fork(self, n: None = None, *, labels: Sequence[str]) -> list[Node]: ...
+
+    def fork(self, n: int | None = None, *, label: str | None = None,
+             labels: Sequence[str] | None = None) -> Node | list[Node]:
+        """``fork()`` makes one child; ``fork(n)`` or ``fork(labels=[...])`` makes a batch
+        with one tree_fork_batch (one pause of the source). Children see this node's
+        state as of the fork, and never its later writes."""
+        req, batch = _verbs.fork(self.tree.id, self.id, n, label, labels)
+        r = self.tree.client._t.call(req)
+        self.last_fork_latency = int(r.get("latency_ns", 0)) / 1e9
+        kids = [self._child(f) for f in _verbs.forks(r)]
+        return kids if batch else kids[0]
+
+    def commit(self) -> list[Node]:
+        """Make this node's state its parent's (first commit wins: StaleError if a sibling
+        committed since the fork). Returns the siblings made stale."""
+        r = self._call("tree_commit")
+        return [self.tree.node(i) for i in r.get("stale") or ()]
+
+    def abort(self) -> None:
+        """Drop this node and its subtree."""
+        self._call("tree_abort")
+
+    def rollback(self, label: str | None = None) -> Node:
+        """A new child of this (older) node; nothing is destroyed."""
+        r = self.tree.client._t.call(dict(_verbs.node("tree_rollback", self.tree.id, self.id), label=label))
+        return self._child(_verbs.forks(r)[0])
+
+    def protect(self) -> None:
+        """Never evict this node nor prune it implicitly."""
+        self._call("tree_protect")
+
+    def unprotect(self) -> None:
+        self._call("tree_unprotect")
+
+    def prune(self) -> None:
+        """Delete this node and its whole subtree, disk included."""
+        self._call("tree_prune")
+
+    def suspend(self) -> None:
+        """Put all of this node's state on disk; it costs no RAM until resumed."""
+        self._call("tree_suspend")
+        self._path = None
+
+    def resume(self) -> Node:
+        """Make a suspended node live again (its ``path`` is set anew)."""
+        self._path = self._call("tree_resume").get("path") or None
+        return self
+
+    @contextlib.contextmanager
+    def branch(self, label: str | None = None) -> Iterator[Node]:
+        """``with node.branch() as b:`` forks a child, commits it when the block ends
+        normally and aborts it when the block raises (BranchContext's rule). A block
+        that committed or aborted ``b`` itself is left as it is."""
+        child = self.fork(label=label)
+        try:
+            yield child
+        except BaseException:
+            with contextlib.suppress(ArborError):
+                child.abort()
+            raise
+        try:
+            child.commit()
+        except NotFoundError:
+            pass  # the block committed or aborted it itself
+        except StaleError:
+            with contextlib.suppress(ArborError):
+                child.abort()  # lost to a sibling: nothing of it is kept
+            raise
+
+    def exec(self, argv: Sequence[str] | str, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+             timeout: float | None = None, on_stdout: Callable[[bytes], Any] | None = None,
+             on_stderr: Callable[[bytes], Any] | None = None) -> ExecResult:
+        """Run a process in this node's sandbox and wait for it; output goes to the
+        callbacks as it comes. NotSupportedError on a backend without processes (dir)."""
+        col = _verbs.ExecCollector(on_stdout, on_stderr)
+        for _ in self._exec_lines(argv, cwd, env, timeout, col):
+            pass
+        return col.done()
+
+    def exec_stream(self, argv: Sequence[str] | str, *, cwd: str | None = None,
+                    env: Mapping[str, str] | None = None, timeout: float | None = None) -> ExecStream:
+        """Run a process and iterate over its :class:`~arbor.types.Output` as it comes;
+        the stream's ``result`` is set when it ends."""
+        col = _verbs.ExecCollector()
+        return ExecStream(col, self._exec_lines(argv, cwd, env, timeout, col))
+
+    def _exec_lines(self, argv: Sequence[str] | str, cwd: str | None, env: Mapping[str, str] | None,
+                    timeout: float | None, col: _verbs.ExecCollector) -> Iterator[Output]:
+        c = self.tree.client
+        s = c._t.stream(_verbs.exec_req(self.tree.id, self.id, argv, cwd, env, timeout),
+                        _verbs.exec_timeout(c.timeout, timeout))
+        with s:
+            for line in [s.first]:
+                if (o := col.feed(line)) is not None:
+                    yield o
+            for line in s:
+                if col.result is not None:
+                    break
+                if (o := col.feed(line)) is not None:
+                    yield o
+
+    def spawn(self, argv: Sequence[str] | str, *, cwd: str | None = None,
+              env: Mapping[str, str] | None = None) -> Process:
+        """Start a background process that runs while the node is live."""
+        r = self.tree.client._t.call(_verbs.exec_req(self.tree.id, self.id, argv, cwd, env, None, True))
+        return Process(self, str(r.get("process_id", "")))
+
+    def __repr__(self) -> str:
+        return f"Node({self.tree.id!r}, {self.id!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Node) and (other.tree.id, other.id) == (self.tree.id, self.id)
+
+    def __hash__(self) -> int:
+        return hash((self.tree.id, self.id))
+
+
+class ExecStream:
+    """Output chunks of a running process; ``result`` once the iteration ended."""
+
+    def __init__(self, col: _verbs.ExecCollector, it: Iterator[Output]) -> None:
+        self._col, self._it = col, it
+
+    def __iter__(self) -> Iterator[Output]:
+        return self._it
+
+    @property
+    def result(self) -> ExecResult:
+        return self._col.done()
+
+
+class Process:
+    """A background process of a node (:meth:`Node.spawn`)."""
+
+    def __init__(self, node: Node, process_id: str) -> None:
+        self.node, self.id = node, process_id
+
+    def kill(self) -> None:
+        """Kill the process and every process it started."""
+        self.node.tree.client._t.call(dict(_verbs.node("exec_kill", self.node.tree.id, self.node.id),
+                                           process_id=self.id))
+
+
+class Files:
+    """A node's files through the daemon (``node.files``): paths are relative to the
+    node's root and resolved inside it. NotSupportedError where the backend has no
+    files API (use ``node.path`` on the dir backend)."""
+
+    def __init__(self, node: Node) -> None:
+        self._n = node
+
+    def _call(self, op: str, path: str, **kw: Any) -> dict[str, Any]:
+        n = self._n
+        return n.tree.client._t.call(_verbs.file_req(op, n.tree.id, n.id, path, **kw))
+
+    def read(self, path: str) -> bytes:
+        return wire_bytes(self._call("file_read", path), "data")
+
+    def write(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
+        """Write a whole file atomically."""
+        n = self._n
+        n.tree.client._t.call(_verbs.file_write(n.tree.id, n.id, path, data, mode))
+
+    def list(self, path: str = "") -> list[FileInfo]:
+        return _verbs.file_list(self._call("file_list", path))
+
+    def stat(self, path: str) -> FileInfo:
+        return _verbs.file_stat(self._call("file_stat", path))
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        self._call("file_remove", path, recursive=recursive or None)
+
+    def mkdir(self, path: str, *, mode: int | None = None) -> None:
+        self._call("file_mkdir", path, mode=mode)
