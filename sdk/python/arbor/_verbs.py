@@ -62,8 +62,9 @@ def exec_req(tree_id: str, node_id: str, argv: Sequence[str] | str, cwd: str | N
         argv = ["/bin/sh", "-c", argv]
     if not argv:
         raise BadRequestError("exec: argv must not be empty", op="exec")
-    return {"op": "exec", "tree_id": tree_id, "node_id": node_id, "argv": [str(a) for a in argv],
-            "cwd": cwd, "env": dict(env) if env else None,
+    # tree_exec (api/api.go): env as KEY=VALUE strings, the timeout in ns.
+    return {"op": "tree_exec", "tree_id": tree_id, "node_id": node_id, "argv": [str(a) for a in argv],
+            "cwd": cwd, "env": [f"{k}={v}" for k, v in env.items()] if env else None,
             "timeout_ns": int(timeout * 1e9) if timeout else None, "detach": detach or None}
 
 
@@ -88,6 +89,15 @@ class ExecCollector:
         """Take one line; returns the output chunk it carried, if any."""
         if line.get("process_id"):
             self.process_id = str(line["process_id"])
+        # The daemon's tree_exec stream: {"status": "tree_exec_output", "output":
+        # {"stream", "data" (base64)}} lines, then {"status": "tree_exec_exit",
+        # "exit": {"exit_code", "signal", "duration_ns"}}.
+        if isinstance(line.get("exit"), dict):
+            self.result = ExecResult.of(line["exit"], b"".join(self.out["stdout"]), b"".join(self.out["stderr"]))
+            return None
+        if isinstance(line.get("output"), dict):
+            o = line["output"]
+            line = {"stream": o.get("stream"), "data_b64": o.get("data") or ""}
         if "exit_code" in line or line.get("status") in ("exec_exit", "exec_done") or "signal" in line:
             # The streaming form sent the output before; the collected form carries it here.
             carried = any(k in line for k in ("stdout", "stdout_b64", "stderr", "stderr_b64"))

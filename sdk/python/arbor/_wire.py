@@ -26,7 +26,7 @@ READ_ONLY = frozenset({"ping", "tree_nodes", "tree_list", "ws_list", "ws_diff", 
                        "file_read", "file_list", "file_stat", "exec_list", "exec_logs"})
 
 #: Ops whose socket reply is a stream of lines (ended by the daemon or by closing).
-STREAMS = frozenset({"tree_watch", "exec"})
+STREAMS = frozenset({"tree_watch", "tree_exec"})
 
 #: Node verbs served as POST /v1/trees/{t}/nodes/{n}/{verb} with no body.
 _NODE_VERBS = {
@@ -98,7 +98,7 @@ def http_route(req: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None]:
     if op in _NODE_VERBS:
         kill = {"process_id": req["process_id"]} if req.get("process_id") else None
         return "POST", f"{node}/{_NODE_VERBS[op]}", kill
-    if op == "exec":
+    if op == "tree_exec":
         body = {k: req[k] for k in ("argv", "cwd", "env", "timeout_ns", "detach") if req.get(k)}
         return "POST", node + "/exec" + ("?stream=ndjson" if req.get("stream") else ""), body
     if op == "exec_list":

@@ -153,7 +153,7 @@ _OLDER_DAEMON = re.compile(r'unknown op |unknown field |^no route ')
 
 #: Ops that a daemon may predate (issue 11's process verbs).
 NEWER_OPS = frozenset({
-    "exec", "exec_start", "exec_kill", "exec_list", "exec_logs",
+    "exec", "tree_exec", "exec_start", "exec_kill", "exec_list", "exec_logs",
     "file_read", "file_write", "file_list", "file_stat", "file_remove", "file_mkdir",
 })
 
