@@ -394,7 +394,7 @@ func (f *FS) Unmount(force bool) error {
 	case f.fusermounted:
 		err = fusermountUnmount(mp, false) // go-fuse knows only the descriptor
 	default:
-		err = f.server.Unmount()
+		err = f.unmountPath()
 	}
 	if err != nil && force && (f.dev == 0 || f.ours(mp)) {
 		var aborted bool
@@ -415,9 +415,54 @@ func (f *FS) Unmount(force bool) error {
 	return f.wait()
 }
 
-// wait waits for the server's loops to end, then stops the notifier.
+// unmountPath unmounts a mount made as root on its path (a tree's own),
+// retrying a busy one a few times as go-fuse does (the kernel can take a
+// moment to see the last file closed). It is go-fuse's Server.Unmount
+// without its unbounded wait for the loops: wait bounds that.
+func (f *FS) unmountPath() error {
+	var err error
+	delay := time.Duration(0)
+	for range 5 {
+		if err = unix.Unmount(f.cfg.Mountpoint, unix.UMOUNT_NOFOLLOW); err == nil || !errors.Is(err, unix.EBUSY) {
+			return err
+		}
+		delay = 2*delay + 5*time.Millisecond
+		time.Sleep(delay)
+	}
+	return err
+}
+
+// loopsGrace is how long an unmounted mount's loops may take to end
+// before its connection is aborted.
+const loopsGrace = 2 * time.Second
+
+// wait waits for the server's loops to end, then stops the notifier. The
+// loops end when the kernel ends the connection, which an unmount here
+// does not when the mount lives on elsewhere: a copy of it in another
+// mount namespace (one made while it was mounted), or a lazily detached
+// mount still in use. After loopsGrace the connection is aborted (the
+// mount is known by its identity: f.mnt); where it cannot be, the loops
+// are left to end with the process.
 func (f *FS) wait() error {
-	f.server.Wait()
+	done := make(chan struct{})
+	go func() { f.server.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(loopsGrace):
+		if f.mnt.ID == 0 {
+			f.log.Warn("cowfs: the unmounted mount's server goes on, and its connection is unknown: left to end with the process", "mountpoint", f.cfg.Mountpoint)
+			break
+		}
+		if err := f.cfg.Aborter.Abort(f.mnt); err != nil {
+			f.log.Warn("cowfs: the unmounted mount lives on elsewhere (another mount namespace?) and cannot be aborted: its server ends with the process", "mountpoint", f.cfg.Mountpoint, "err", err)
+			break
+		}
+		select {
+		case <-done:
+		case <-time.After(loopsGrace):
+			f.log.Warn("cowfs: the server's loops did not end after its connection was aborted", "mountpoint", f.cfg.Mountpoint)
+		}
+	}
 	f.stopNotifier()
 	return nil
 }
