@@ -127,9 +127,10 @@ otherwise).`,
 	t := e.treeCmd()
 	t.GroupID = "tree"
 	root.AddCommand(t)
-	x := e.execCmd()
-	x.GroupID = "tree"
-	root.AddCommand(x)
+	for _, c := range []*cobra.Command{e.execCmd(), e.runPatternCmd(), e.speculateCmd(), e.bestOfNCmd()} {
+		c.GroupID = "tree"
+		root.AddCommand(c)
+	}
 	for _, c := range []*cobra.Command{e.daemonCmd(), e.doctorCmd(), e.demoCmd(), e.benchCmd(), withOps(e.pingCmd(), api.OpPing), e.versionCmd()} {
 		c.GroupID = "other"
 		root.AddCommand(c)
