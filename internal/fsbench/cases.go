@@ -297,7 +297,7 @@ func randRead(name string, ops int, warm bool) func(context.Context, *env) (int,
 			n, err := unix.Pread(fd, buf, off)
 			if err != nil || n != pageSize {
 				e.sw.stop()
-				return 0, 0, fmt.Errorf("pread %s at %d: %d bytes, %w", name, off, n, err)
+				return 0, 0, fmt.Errorf("pread %s at %d: %d bytes, %v", name, off, n, err)
 			}
 		}
 		e.sw.stop()
@@ -415,7 +415,7 @@ func runOpenRead(ctx context.Context, e *env) (int, int64, error) {
 		unix.Close(fd)
 		if err != nil || m != smallFileSize {
 			e.sw.stop()
-			return 0, 0, fmt.Errorf("read %s: %d bytes, %w", p, m, err)
+			return 0, 0, fmt.Errorf("read %s: %d bytes, %v", p, m, err)
 		}
 	}
 	e.sw.stop()

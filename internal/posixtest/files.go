@@ -131,7 +131,7 @@ func (s *suite) fileCases() []Case {
 					for r := range records {
 						rec := fmt.Sprintf("w%d-r%03d-%s\n", w, r, strings.Repeat(string(rune('a'+w)), 50))
 						if n, err := unix.Write(fd, []byte(rec)); err != nil || n != len(rec) {
-							errs <- fmt.Errorf("writer %d record %d: wrote %d of %d: %w", w, r, n, len(rec), err)
+							errs <- fmt.Errorf("writer %d record %d: wrote %d of %d: %v", w, r, n, len(rec), err)
 							return
 						}
 					}

@@ -93,7 +93,7 @@ func checkNobody() error {
 		return fmt.Errorf("privilege drop: uid %d euid %d gid %d egid %d, want all %d", u, eu, g, eg, nobodyID)
 	}
 	if gs, err := os.Getgroups(); err != nil || len(gs) != 0 {
-		return fmt.Errorf("privilege drop: supplementary groups %v (%w), want none", gs, err)
+		return fmt.Errorf("privilege drop: supplementary groups %v (%v), want none", gs, err)
 	}
 	f, err := os.Open("/proc/self/status")
 	if err != nil {

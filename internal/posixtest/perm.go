@@ -147,7 +147,7 @@ func (s *suite) permCases() []Case {
 					unix.Close(fd)
 					var st unix.Stat_t
 					if err := unix.Lstat(p, &st); err != nil || st.Uid != nobodyID || st.Gid != nobodyID {
-						c = append(c, fmt.Errorf("file created by uid %d in %s: owner %d:%d (%w), want %d:%d", nobodyID, sub, st.Uid, st.Gid, err, nobodyID, nobodyID))
+						c = append(c, fmt.Errorf("file created by uid %d in %s: owner %d:%d (%v), want %d:%d", nobodyID, sub, st.Uid, st.Gid, err, nobodyID, nobodyID))
 					}
 					c.ok(unix.Mkdir(join(dir, sub, "mydir"), 0o755), "mkdir in "+sub)
 				}
