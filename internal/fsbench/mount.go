@@ -59,7 +59,7 @@ func unmount(ctx context.Context, mnt string) error {
 		}
 		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) || ctx.Err() != nil {
 			if derr := unix.Unmount(mnt, unix.MNT_DETACH); derr != nil {
-				return fmt.Errorf("unmount %s: %w (detach: %v)", mnt, err, derr)
+				return fmt.Errorf("unmount %s: %w (detach: %w)", mnt, err, derr)
 			}
 			return nil
 		}

@@ -139,7 +139,7 @@ func (o *overlay) mount(ctx context.Context) (*ovMount, error) {
 	o.live[m] = true
 	if err := fusemount.Wait(ctx, m.mnt, 10*time.Second, m.done); err != nil {
 		uerr := o.unmount(context.Background(), m)
-		return nil, fmt.Errorf("fuse-overlayfs: %w (output: %s) %v", err, m.output(), uerr)
+		return nil, fmt.Errorf("fuse-overlayfs: %w (output: %s)", errors.Join(err, uerr), m.output())
 	}
 	return m, nil
 }
