@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,7 +30,13 @@ func TestMountIsAViewOfATree(t *testing.T) {
 	dir := tempDir(t)
 	home, base, mp := filepath.Join(dir, "home"), filepath.Join(dir, "base"), filepath.Join(dir, "ws")
 	writeFile(t, filepath.Join(base, "f"), "base")
-	startDaemon(t, Config{Home: home})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	startDaemon(t, Config{Home: home, HTTPAddr: addr, Token: testToken})
 	cl := client.New(filepath.Join(home, "arbord.sock"))
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -102,6 +109,13 @@ func TestMountIsAViewOfATree(t *testing.T) {
 	for _, op := range []string{"ws_create", "ws_commit"} {
 		if !strings.Contains(string(audit), `"face":"ctl","uid":0`) || !strings.Contains(string(audit), `"op":"`+op+`"`) {
 			t.Errorf("the audit log has no ctl line for %s:\n%s", op, audit)
+		}
+	}
+	// ... and counted in /metrics as face ctl.
+	for _, sample := range []string{`arbor_requests_total{code="ok",face="ctl",op="ws_create"}`, `arbor_requests_total{code="budget",face="ctl",op="ws_create"}`,
+		`arbor_requests_total{code="ok",face="ctl",op="ws_commit"}`} {
+		if v, ok := metricValue(t, addr, sample); !ok || v < 1 {
+			t.Errorf("/metrics: %s = %v, %v; want at least 1", sample, v, ok)
 		}
 	}
 	// The base is held by the mount's tree.
