@@ -690,7 +690,7 @@ func (f *FS) viewInode(ctx context.Context, parent *node, name string, out *fuse
 		return nil, syscall.ENOENT
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(f.st.Base(), &st); err != nil {
+	if err := f.st.Lstat(f.st.Base(), &st); err != nil {
 		return nil, errno(err)
 	}
 	v := &node{fs: f, br: b, at: true}
@@ -729,7 +729,7 @@ func (f *FS) attrOf(b *store.Branch, rel string, out *fuse.AttrOut) syscall.Errn
 		return errno(err)
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(res.Real, &st); err != nil {
+	if err := f.st.Lstat(res.Real, &st); err != nil {
 		return errno(err)
 	}
 	out.Attr.FromStat(sysStat(&st))

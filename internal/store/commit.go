@@ -256,7 +256,7 @@ func (s *Store) plan(c *Branch) ([]op, error) {
 			if p == "" {
 				continue
 			}
-			if _, err := os.Lstat(s.base + "/" + p); err == nil {
+			if s.exists(s.base + "/" + p) {
 				ops = append(ops, op{Kind: "delete", Path: p})
 			}
 			done[p] = true
@@ -279,7 +279,7 @@ func (s *Store) plan(c *Branch) ([]op, error) {
 				for _, e := range ents {
 					keep[e.Name] = true
 				}
-				bents, _ := readDirents(s.base + "/" + p)
+				bents, _ := s.readDirents(s.base + "/" + p)
 				for _, e := range bents {
 					if !keep[e.name] {
 						ops = append(ops, op{Kind: "delete", Path: joinRel(p, e.name)})
@@ -292,7 +292,7 @@ func (s *Store) plan(c *Branch) ([]op, error) {
 				// The copy of a hard-linked base file: write it into the
 				// base's inode, so that all of the base's names see it.
 				var bst unix.Stat_t
-				if unix.Lstat(s.base+"/"+p, &bst) == nil && bst.Ino == res.Ino && bst.Mode&unix.S_IFMT == unix.S_IFREG {
+				if s.Lstat(s.base+"/"+p, &bst) == nil && bst.Ino == res.Ino && bst.Mode&unix.S_IFMT == unix.S_IFREG {
 					kind = "inplace"
 				}
 			}
@@ -303,7 +303,11 @@ func (s *Store) plan(c *Branch) ([]op, error) {
 	return ops, nil
 }
 
-// apply runs the steps against the base directory.
+// apply runs the steps against the base directory. Every path is walked
+// beneath the base's descriptor and the store's (beneath.go), so a
+// directory of the base swapped for a symlink, or exchanged with one by
+// RENAME_EXCHANGE, mid-commit, fails the step (ELOOP) rather than taking a
+// write outside the base.
 func (s *Store) apply(ops []op, durable bool) error {
 	dirs := map[string]bool{}
 	for _, o := range ops {
@@ -313,72 +317,81 @@ func (s *Store) apply(ops []op, durable bool) error {
 		}
 		switch o.Kind {
 		case "delete":
-			if err := removeAll(dst); err != nil {
+			if err := s.removeAll(dst); err != nil {
 				return err
 			}
 		case "dir":
 			var st unix.Stat_t
-			if err := unix.Lstat(o.Src, &st); err != nil {
+			if err := s.Lstat(o.Src, &st); err != nil {
 				if os.IsNotExist(err) {
 					continue // applied already
 				}
 				return err
 			}
 			var dt unix.Stat_t
-			if err := unix.Lstat(dst, &dt); err == nil && dt.Mode&unix.S_IFMT != unix.S_IFDIR {
-				if err := os.Remove(dst); err != nil {
+			if err := s.Lstat(dst, &dt); err == nil && dt.Mode&unix.S_IFMT != unix.S_IFDIR {
+				if err := s.unlinkPath(dst); err != nil {
 					return err
 				}
 			}
-			if err := copyMetaDir(o.Src, dst, &st); err != nil {
+			if err := s.mkdir(dst, 0o700); err != nil && err != unix.EEXIST {
+				return err
+			}
+			if err := s.Lstat(dst, &dt); err != nil {
+				return err
+			}
+			if dt.Mode&unix.S_IFMT != unix.S_IFDIR {
+				return notType(dst, "a directory", &dt)
+			}
+			if err := s.copyMeta(o.Src, dst, &st); err != nil {
 				return err
 			}
 		case "replace":
 			var st unix.Stat_t
-			if err := unix.Lstat(o.Src, &st); err != nil {
+			if err := s.Lstat(o.Src, &st); err != nil {
 				if os.IsNotExist(err) {
 					continue // moved already
 				}
 				return err
 			}
 			var dt unix.Stat_t
-			if err := unix.Lstat(dst, &dt); err == nil && dt.Mode&unix.S_IFMT == unix.S_IFDIR {
-				if err := removeAll(dst); err != nil {
+			if err := s.Lstat(dst, &dt); err == nil && dt.Mode&unix.S_IFMT == unix.S_IFDIR {
+				if err := s.removeAll(dst); err != nil {
 					return err
 				}
 			}
-			unix.Lremovexattr(o.Src, inoXattr)
-			if err := os.Rename(o.Src, dst); err != nil {
+			s.Removexattr(o.Src, inoXattr)
+			if err := s.rename(o.Src, dst, 0); err != nil {
 				if !errors.Is(err, syscall.EXDEV) {
 					return err
 				}
 				tmp := dst + ".arbor-commit"
-				os.Remove(tmp)
-				if err := copyNode(o.Src, tmp, &st); err != nil {
+				s.unlinkPath(tmp)
+				if err := s.copyNode(o.Src, tmp, &st); err != nil {
 					return err
 				}
-				if err := os.Rename(tmp, dst); err != nil {
+				if err := s.rename(tmp, dst, 0); err != nil {
 					return err
 				}
 			}
 			s.moveWriters(o.Src, dst, false) // a descriptor still open on it writes the base now
 			if durable && st.Mode&unix.S_IFMT == unix.S_IFREG {
-				if err := fsyncPath(dst); err != nil {
+				if err := s.Fsync(dst); err != nil {
 					return err
 				}
 			}
 		case "inplace":
 			var st unix.Stat_t
-			if err := unix.Lstat(o.Src, &st); err != nil {
+			if err := s.Lstat(o.Src, &st); err != nil {
 				if os.IsNotExist(err) {
 					continue // written and removed already
 				}
 				return err
 			}
-			if err := copyInto(o.Src, dst, &st, durable); err != nil {
+			if err := s.copyInto(o.Src, dst, &st, durable); err != nil {
 				return err
 			}
-			if err := os.Remove(o.Src); err != nil && !os.IsNotExist(err) {
+			if err := s.unlinkPath(o.Src); err != nil && !os.IsNotExist(err) {
 				return err
 			}
 		}
@@ -387,28 +400,12 @@ func (s *Store) apply(ops []op, durable bool) error {
 	}
 	if durable {
 		for d := range dirs {
-			if err := fsyncPath(joinRel(s.base, d)); err != nil {
+			if err := s.Fsync(joinRel(s.base, d)); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
-}
-
-func copyMetaDir(src, dst string, st *unix.Stat_t) error {
-	if err := unix.Mkdir(dst, 0o700); err != nil && err != unix.EEXIST {
-		return err
-	}
-	return copyMeta(src, dst, st)
-}
-
-func fsyncPath(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 // replayJournal finishes a commit into main that a crash cut short.
@@ -448,25 +445,25 @@ var crashAt = os.Getenv("ARBOR_STORE_CRASH")
 
 // copyInto writes src's data and metadata into the existing file dst, in
 // place (dst keeps its inode, so every name of it sees the change).
-func copyInto(src, dst string, st *unix.Stat_t, durable bool) error {
-	in, err := os.Open(src)
+func (s *Store) copyInto(src, dst string, st *unix.Stat_t, durable bool) error {
+	in, err := s.openFile(src, unix.O_RDONLY)
 	if err != nil {
 		return err
 	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_TRUNC, 0)
+	defer unix.Close(in)
+	out, err := s.openFile(dst, unix.O_WRONLY|unix.O_TRUNC)
 	if err != nil {
 		return err
 	}
-	err = copyExtents(int(in.Fd()), int(out.Fd()))
+	err = copyExtents(in, out)
 	if err == nil && durable {
-		err = out.Sync()
+		err = unix.Fsync(out)
 	}
-	if cerr := out.Close(); err == nil {
+	if cerr := unix.Close(out); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return err
 	}
-	return copyMeta(src, dst, st)
+	return s.copyMeta(src, dst, st)
 }

@@ -74,7 +74,7 @@ func (s *Store) measure(l *layer, rel string, k kind) int64 {
 		return 0
 	}
 	var st unix.Stat_t
-	if unix.Lstat(l.real(rel), &st) != nil {
+	if s.Lstat(l.real(rel), &st) != nil {
 		return 0
 	}
 	return st.Blocks * 512
@@ -101,7 +101,7 @@ func (s *Store) setAlloc(l *layer, rel string, n int64) {
 // accountRoot counts (again) layer l's own directory.
 func (s *Store) accountRoot(l *layer) {
 	var st unix.Stat_t
-	if unix.Lstat(l.dir, &st) != nil {
+	if s.Lstat(l.dir, &st) != nil {
 		return
 	}
 	n := st.Blocks * 512
@@ -242,7 +242,7 @@ func (s *Store) Settle(real string, reserved, alloc int64) {
 // the store: a truncation) allocates now.
 func (s *Store) Measure(real string) {
 	var st unix.Stat_t
-	if unix.Lstat(real, &st) != nil {
+	if s.Lstat(real, &st) != nil {
 		return
 	}
 	s.mu.Lock()
@@ -300,7 +300,7 @@ func (s *Store) sample() {
 	allocs := make([]int64, len(paths))
 	for i, p := range paths {
 		var st unix.Stat_t
-		if unix.Lstat(p, &st) != nil {
+		if s.Lstat(p, &st) != nil {
 			allocs[i] = -1
 			continue
 		}

@@ -111,7 +111,7 @@ func (s *Store) resolveStat(b *Branch, rel string, max int, out *unix.Stat_t, la
 					res.Nlink = lc.nlink
 				} else if best.l.depth < len(b.chain) {
 					var st unix.Stat_t
-					if unix.Lstat(res.Real, &st) == nil && st.Nlink > 1 && st.Mode&unix.S_IFMT == unix.S_IFREG {
+					if s.Lstat(res.Real, &st) == nil && st.Nlink > 1 && st.Mode&unix.S_IFMT == unix.S_IFREG {
 						res = s.linkRedirect(b, res, &st)
 					}
 				}
@@ -125,7 +125,7 @@ func (s *Store) resolveStat(b *Branch, rel string, max int, out *unix.Stat_t, la
 		case cut == 0:
 			var st unix.Stat_t
 			real := s.base + "/" + p
-			if err := unix.Lstat(real, &st); err != nil {
+			if err := s.Lstat(real, &st); err != nil {
 				return Res{}, false, err
 			}
 			k := kFile
@@ -186,7 +186,7 @@ func (s *Store) ResolveStat(b *Branch, rel string, st *unix.Stat_t) (Res, error)
 	if err != nil || ok {
 		return res, err
 	}
-	return res, unix.Lstat(res.Real, st)
+	return res, s.Lstat(res.Real, st)
 }
 
 // DirEntry is one name in a merged directory listing.
@@ -261,7 +261,7 @@ func (s *Store) readDir(b *Branch, rel string, max int) ([]DirEntry, error) {
 	}
 	var out []DirEntry
 	for _, pt := range parts {
-		ents, err := readDirents(pt.real)
+		ents, err := s.readDirents(pt.real)
 		if err != nil {
 			if os.IsNotExist(err) || errors.Is(err, syscall.ENOTDIR) {
 				continue // a layer not made yet, or a base that has a file there now

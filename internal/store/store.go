@@ -37,9 +37,11 @@ type Config struct {
 // Store is the branches of one base directory.
 type Store struct {
 	dir, base string
-	plainBase bool // no component of base is a symlink (see OpenRead)
-	log       *slog.Logger
-	db        *bolt.DB
+	// baseFd and dirFd are the roots every path is walked beneath (see
+	// beneath.go), opened once at Open; baseFd holds the base's lock.
+	baseFd, dirFd int
+	log           *slog.Logger
+	db            *bolt.DB
 
 	mu        sync.RWMutex // guards everything below, the index and every layer directory
 	branches  map[string]*Branch
@@ -121,7 +123,7 @@ var (
 
 // Open opens (creating if need be) the store in cfg.Dir over cfg.Base,
 // finishing any commit a crash cut short and reclaiming unreferenced layers.
-func Open(cfg Config) (*Store, error) {
+func Open(cfg Config) (s *Store, err error) {
 	if cfg.Dir == "" || cfg.Base == "" {
 		return nil, api.Errorf(api.ErrBadRequest, "store: Dir and Base are required")
 	}
@@ -129,27 +131,47 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
-		return nil, api.Errorf(api.ErrBadRequest, "store: base %s is not a directory", base)
-	}
-	if err := os.MkdirAll(filepath.Join(cfg.Dir, "layers"), 0o700); err != nil {
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
 		return nil, err
 	}
+	// The base is resolved here, once: the descriptor is what every path
+	// of it is walked from, and what holds the lock.
+	baseFd, err := openRoot(base)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			unix.Close(baseFd)
+		}
+	}()
+	if err := lockBase(baseFd, base); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "layers"), 0o700); err != nil {
+		return nil, err
+	}
+	dirFd, err := openRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			unix.Close(dirFd)
+		}
+	}()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	// NoSync: a write survives SIGKILL through the page cache; durable
 	// commits call db.Sync explicitly.
-	db, err := bolt.Open(filepath.Join(cfg.Dir, "meta.db"), 0o600, &bolt.Options{NoSync: true, NoFreelistSync: true})
+	db, err := bolt.Open(filepath.Join(dir, "meta.db"), 0o600, &bolt.Options{NoSync: true, NoFreelistSync: true})
 	if err != nil {
 		return nil, fmt.Errorf("store: open metadata: %w", err)
 	}
-	// OpenRead opens base files with no symlink followed: only where the
-	// base's own path has none.
-	real, err := filepath.EvalSymlinks(base)
-	plainBase := err == nil && real == base
-	s := &Store{dir: cfg.Dir, base: base, plainBase: plainBase, log: log, db: db,
+	s = &Store{dir: dir, base: base, baseFd: baseFd, dirFd: dirFd, log: log, db: db,
 		branches: map[string]*Branch{}, layers: map[uint64]*layer{}, index: map[string][]entry{}, writers: map[string]int{}}
 	if err := s.load(); err != nil {
 		db.Close()
@@ -178,6 +200,8 @@ func (s *Store) Close() error {
 		s.sampling.Wait()
 		s.gc.Wait()
 		err = s.db.Close()
+		unix.Close(s.dirFd)
+		unix.Close(s.baseFd) // and with it the base's lock
 	})
 	return err
 }
@@ -577,7 +601,7 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) error {
 		for real := range s.writers {
 			if rel, ok := relTo(s.base, real); ok {
 				var st unix.Stat_t
-				if err := unix.Lstat(real, &st); errors.Is(err, unix.ENOENT) {
+				if err := s.Lstat(real, &st); errors.Is(err, unix.ENOENT) {
 					// Removed while open (or its release has not come yet):
 					// its writes reach an inode nobody can see.
 					continue
@@ -587,7 +611,7 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) error {
 					return fmt.Errorf("preserve %s: %w", rel, err)
 				}
 				if !had {
-					snap.keep(rel, real)
+					s.keep(snap, rel, real)
 					s.saveKept(snap, rel)
 				}
 			}
@@ -611,29 +635,29 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) error {
 		if err := s.ensureParent(p, rel); err != nil {
 			return fmt.Errorf("keep %s: %w", rel, err)
 		}
-		if err := unix.Lstat(real, &st); err != nil {
+		if err := s.Lstat(real, &st); err != nil {
 			return fmt.Errorf("keep %s: %w", rel, err)
 		}
 		dst := head.real(rel)
 		// Was the file still as an earlier fork kept it? Then the copy left
 		// in the frozen layer is unchanged too; otherwise the layer changed.
 		prev, wasKept := frozen.kept[rel]
-		stillKept := wasKept && sigOf(real) == prev
-		if err := moveOut(s.tmpDir(), real, dst, &st); err != nil {
+		stillKept := wasKept && s.sigOf(real) == prev
+		if err := s.moveOut(real, dst, &st); err != nil {
 			return fmt.Errorf("keep %s: %w", rel, err)
 		}
 		ino := e.ino
 		if ino == 0 {
 			ino = st.Ino
 		}
-		setIno(real, ino)
-		setIno(dst, ino)
+		s.setIno(real, ino)
+		s.setIno(dst, ino)
 		s.put(frozen, rel, kFile, false, ino)
 		s.put(head, rel, kFile, false, ino)
-		head.keep(rel, dst)
+		s.keep(head, rel, dst)
 		s.saveKept(head, rel)
 		if stillKept {
-			frozen.keep(rel, real)
+			s.keep(frozen, rel, real)
 		} else if wasKept {
 			delete(frozen.kept, rel)
 		}
@@ -693,7 +717,7 @@ func (s *Store) onlyKept(l *layer, live func(rel string) string) bool {
 	}
 	for p := range l.paths {
 		if sig, ok := l.kept[p]; ok {
-			if sigOf(live(p)) != sig {
+			if s.sigOf(live(p)) != sig {
 				return false
 			}
 			continue
@@ -873,7 +897,7 @@ func (s *Store) reclaim() {
 		s.removeLater(filepath.Join(s.dir, "trash", e.Name()))
 	}
 	// Copies a crash left aside in the middle of moveOut.
-	os.RemoveAll(s.tmpDir())
+	s.removeAll(s.tmpDir())
 	s.reclaimLocked()
 	// Layer directories with no record at all (a crash between making a
 	// layer and saving the branch that owns it).
@@ -925,7 +949,7 @@ func (s *Store) removeLater(path string) {
 	s.gc.Add(1)
 	go func() {
 		defer s.gc.Done()
-		if err := removeAll(path); err != nil {
+		if err := s.removeAll(path); err != nil {
 			s.log.Warn("reclaim", "path", path, "err", err)
 		}
 	}()
