@@ -53,6 +53,10 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 	if err != nil {
 		return CommitResult{}, fmt.Errorf("commit: %w", err)
 	}
+	if s.pending != nil && s.pending.Child == child {
+		// Decided before: finish its journal, not a new plan.
+		return CommitResult{Parent: Main}, s.finishCommit(c, s.pending.Ops, durable, nil)
+	}
 	if c.stale {
 		return CommitResult{}, api.Errorf(api.ErrStale, "commit %s: the branch is stale (a sibling committed first); abort it", child)
 	}
@@ -73,6 +77,9 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 	}
 	if p.stale {
 		return CommitResult{}, api.Errorf(api.ErrStale, "commit %s: its parent %s is stale", child, p.Name)
+	}
+	if err := s.busyMain(p); err != nil {
+		return CommitResult{}, fmt.Errorf("commit %s: %w", child, err)
 	}
 	if s.changedSince(p, c) {
 		return CommitResult{}, api.Errorf(api.ErrStale, "commit %s: %s changed since %s was forked (first commit wins); abort it", child, p.Name, child)
@@ -130,30 +137,71 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 	if err != nil {
 		return CommitResult{}, err
 	}
-	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketJournal).Put(keyJournal, j) }); err != nil {
+	// The journal and the siblings' staleness in one transaction: from here
+	// on the commit is decided, and no other branch may read a base that
+	// is half changed.
+	for _, d := range stale {
+		d.stale = true
+	}
+	if err := s.save(stale, nil, func(tx *bolt.Tx) error { return tx.Bucket(bucketJournal).Put(keyJournal, j) }); err != nil {
+		for _, d := range stale {
+			d.stale = false
+		}
 		return CommitResult{}, fmt.Errorf("commit %s: journal: %w", child, err)
 	}
+	var freed []*layer
+	for _, d := range stale {
+		freed = s.release(d, freed)
+	}
+	s.free(freed)
 	if durable {
 		if err := s.db.Sync(); err != nil {
-			return CommitResult{}, fmt.Errorf("commit %s: journal sync: %w", child, err)
+			// Decided all the same: finished by a Commit again or at Open.
+			return res, s.halfDone(c, ops, fmt.Errorf("journal sync: %w", err))
 		}
 	}
 	crashPoint("journaled")
-	// From here on the commit is decided: an error in applying is finished
-	// by the replay at the next Open.
+	return res, s.finishCommit(c, ops, durable, res.Stale)
+}
+
+// finishCommit applies a decided commit of c into main and records it done.
+// A failure leaves it pending (halfDone).
+func (s *Store) finishCommit(c *Branch, ops []op, durable bool, stale []string) error {
 	if err := s.apply(ops, durable); err != nil {
-		return CommitResult{}, fmt.Errorf("commit %s: apply (finished at next open): %w", child, err)
+		return s.halfDone(c, ops, err)
 	}
 	crashPoint("applied")
 	if err := s.finishMain(c.Name, durable); err != nil {
-		return CommitResult{}, fmt.Errorf("commit %s: %w", child, err)
+		return s.halfDone(c, ops, err)
 	}
+	s.pending = nil
 	paths := make([]string, len(ops))
 	for i, o := range ops {
 		paths[i] = o.Path
 	}
-	s.publishCommit(Main, c.Name, paths, res.Stale)
-	return res, nil
+	s.publishCommit(Main, c.Name, paths, stale)
+	return nil
+}
+
+// halfDone records that c's decided commit into main did not wholly apply:
+// every step is idempotent and the journal holds them all, so a Commit of
+// c again (or the replay at the next Open) finishes it; until then c
+// refuses changes and abort (its files are the journal's sources), and
+// main forks and commits nothing else. Nothing is lost, and the caller is
+// told.
+func (s *Store) halfDone(c *Branch, ops []op, err error) error {
+	s.pending = &journal{Child: c.Name, Ops: ops}
+	c.committing = true
+	return fmt.Errorf("%w: %w", api.Errorf(api.ErrBusy, "commit %s: decided but half applied (commit %s again to finish it; nothing is lost)", c.Name, c.Name), err)
+}
+
+// busyMain refuses a fork or commit of main while a commit into it is
+// half applied.
+func (s *Store) busyMain(p *Branch) error {
+	if s.pending == nil || p.Name != Main {
+		return nil
+	}
+	return api.Errorf(api.ErrBusy, "the commit of %s into main is half applied; commit %s again to finish it first", s.pending.Child, s.pending.Child)
 }
 
 // ownPaths lists the paths of the layers c made since its fork: what a commit
@@ -187,6 +235,10 @@ func (s *Store) finishMain(child string, durable bool) error {
 		return tx.Bucket(bucketJournal).Delete(keyJournal)
 	})
 	if err != nil {
+		m.gen--
+		for _, b := range stale {
+			b.stale = false
+		}
 		return err
 	}
 	if durable {
@@ -311,6 +363,11 @@ func (s *Store) plan(c *Branch) ([]op, error) {
 func (s *Store) apply(ops []op, durable bool) error {
 	dirs := map[string]bool{}
 	for _, o := range ops {
+		if faultApply != nil {
+			if err := faultApply(o); err != nil {
+				return err
+			}
+		}
 		dst := s.base
 		if o.Path != "" {
 			dst += "/" + o.Path
@@ -427,7 +484,14 @@ func (s *Store) replayJournal() error {
 	defer s.mu.Unlock()
 	s.log.Info("replaying an interrupted commit", "child", j.Child, "ops", len(j.Ops))
 	if err := s.apply(j.Ops, true); err != nil {
-		return fmt.Errorf("store: replay commit of %s: %w", j.Child, err)
+		c := s.branches[j.Child]
+		if c == nil {
+			return fmt.Errorf("store: replay commit of %s: %w", j.Child, err)
+		}
+		// Left pending: a Commit of the child again finishes it.
+		s.log.Warn("an interrupted commit into main is still half applied; commit its branch again to finish it",
+			"child", j.Child, "err", s.halfDone(c, j.Ops, err))
+		return nil
 	}
 	return s.finishMain(j.Child, true)
 }
@@ -442,6 +506,10 @@ func crashPoint(name string) {
 }
 
 var crashAt = os.Getenv("ARBOR_STORE_CRASH")
+
+// faultApply, set by tests only, fails a step of apply (a refused rename,
+// a full disk) before it runs.
+var faultApply func(op) error
 
 // copyInto writes src's data and metadata into the existing file dst, in
 // place (dst keeps its inode, so every name of it sees the change).

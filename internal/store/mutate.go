@@ -232,6 +232,9 @@ func writableBranch(b *Branch) error {
 	if b.readOnly {
 		return syscall.EROFS
 	}
+	if b.committing {
+		return syscall.EBUSY
+	}
 	return nil
 }
 

@@ -66,6 +66,11 @@ type Store struct {
 	closeOnce   sync.Once
 
 	watch watchers // see Watch
+
+	// pending is a commit into main decided (journaled) whose apply failed:
+	// it is finished by a Commit of its child again, or by the replay at
+	// the next Open; until then main forks and commits nothing else.
+	pending *journal
 }
 
 // Branch is one branch. Its fields are guarded by Store.mu.
@@ -89,8 +94,12 @@ type Branch struct {
 	// readOnly refuses every change with EROFS (a suspended node's branch);
 	// kept in memory only: the owner sets it again after a restart.
 	readOnly bool
-	Quota    int64
-	kids     []*Branch // the children forked from it, while they last (see unlink)
+	// committing: the branch's commit into main is decided (journaled) but
+	// not yet wholly applied (Store.pending): it refuses changes and abort
+	// until a Commit of it again finishes the journal.
+	committing bool
+	Quota      int64
+	kids       []*Branch // the children forked from it, while they last (see unlink)
 }
 
 // IsStale reports whether the branch lost a commit race (or is gone).
@@ -521,6 +530,9 @@ func (s *Store) Fork(parent string, children ...string) error {
 	if p.stale {
 		return api.Errorf(api.ErrStale, "fork %s: the branch is stale", parent)
 	}
+	if err := s.busyMain(p); err != nil {
+		return fmt.Errorf("fork %s: %w", parent, err)
+	}
 	for _, c := range children {
 		if _, ok := s.branches[c]; ok {
 			return api.Errorf(api.ErrExists, "fork %s: branch %q", parent, c)
@@ -781,6 +793,11 @@ func (s *Store) Abort(name string) error {
 	b, err := s.branch(name)
 	if err != nil {
 		return fmt.Errorf("abort: %w", err)
+	}
+	for _, d := range append(s.descendants(b), b) {
+		if d.committing {
+			return api.Errorf(api.ErrBusy, "abort %s: the commit of %s into main is half applied; commit %s again to finish it (its files are what it needs)", name, d.Name, d.Name)
+		}
 	}
 	if err := s.dropLocked(append(s.descendants(b), b)); err != nil {
 		return fmt.Errorf("abort %s: %w", name, err)
