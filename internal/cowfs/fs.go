@@ -314,10 +314,12 @@ func (f *FS) openFlags(h *handle) uint32 {
 
 // newHandle makes the handle of a descriptor fd opened on real for node n
 // of branch b. A branch with a quota is served without passthrough, so that
-// its writes are counted. A descriptor opened for writing gets passthrough
-// only while the store's limit has room (store.WritePassthrough); closer to
-// it, its writes are served here and refused with ENOSPC before they pass
-// the limit. Such a descriptor is served with FOPEN_DIRECT_IO: the kernel
+// its writes are counted. A descriptor opened for writing in a branch whose
+// store has a limit never gets passthrough (store.Metered): a passthrough
+// writer opened while there was room wrote on past the limit unseen (300 MB
+// into a 100 MB budget), so every write is served here and refused with
+// ENOSPC before it passes the limit. A reader gets passthrough while the
+// limit has room (store.WritePassthrough). A served writer is direct: the kernel
 // does not let one inode mix passthrough descriptors with page-cached ones
 // (an open of the other kind fails with ETXTBSY), and direct I/O is neither;
 // but a shared mapping of a direct descriptor puts the inode in cached mode,
@@ -329,6 +331,8 @@ func (f *FS) newHandle(fd int, n *node, b *store.Branch, real string, write bool
 	switch {
 	case !f.passthrough:
 	case quota:
+	case write && f.st.Metered(b):
+		h.direct = true
 	case f.st.WritePassthrough(b):
 		h.passthrough = true
 	default:

@@ -33,16 +33,14 @@ import (
 // a fallocate served by the daemon (Reserve, before the data is written, so
 // that a refused write leaves the file as it was; a truncation allocates
 // nothing and is only measured). Passthrough
-// writes cannot be refused by the daemon, so a descriptor opened for writing
-// is given passthrough only while the store has PassthroughRoom(limit) left
-// (WritePassthrough); closer to the limit every new writer is served by the
-// daemon and checked write by write. A passthrough writer opened while
-// there was room can take the store past its limit by what it writes after
-// the room ran out; the sampler then sees it within SampleEvery, and every
-// further copy-up, create and served write fails with ENOSPC until space is
-// freed. A kernel-enforced limit for those writers (a project quota per
-// store, or a filesystem of the limit's size under the layers) is what would
-// close that gap; doc.go says why the store does without one.
+// writes cannot be refused by the daemon, so under a limit no descriptor
+// opened for writing in a branch gets passthrough (Metered): every write is
+// served by the daemon and checked before it is made. (A passthrough writer
+// opened while there was room once wrote 300 MB into a 100 MB budget: no
+// reservation for it can be enforced once the kernel writes for it.)
+// Readers keep passthrough while the store has PassthroughRoom(limit) left
+// (WritePassthrough). The sampler still measures every writer (main's,
+// which no limit counts, and the descriptors a fork moved).
 
 // dirBlock is what a new directory costs (one block of the usual 4 KiB).
 const dirBlock = 4096

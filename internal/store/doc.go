@@ -67,9 +67,7 @@
 // directory that came from a lower layer copies its subtree up (overlayfs
 // would need redirect_dir). Writes made to the base directory behind Arbor's
 // back while it is mounted are not isolated. A hard link in a lower layer is
-// split when one of its names is copied up. A file opened for writing with
-// passthrough while the store had room under its limit is not stopped by
-// it: it is counted within SampleEvery, and only then is everything else
-// refused. A file with several names in a layer (or preserved into several
+// split when one of its names is copied up. Under a limit, writers are served by
+// the daemon (no passthrough), which costs them the FUSE write path. A file with several names in a layer (or preserved into several
 // snapshots as links) is counted once for each name.
 package store
