@@ -272,6 +272,10 @@ func (s *Store) sigOf(p string) fileSig {
 	if s.Lstat(p, &st) != nil {
 		return fileSig{}
 	}
+	return sigOfStat(&st)
+}
+
+func sigOfStat(st *unix.Stat_t) fileSig {
 	return fileSig{ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 }
 

@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -263,6 +265,13 @@ func (s *Store) copyUp(b *Branch, rel string) (string, error) {
 // with one name is copied up without its data, which the open discards: it
 // costs no disk and no time in its size.
 func (s *Store) copyUpFor(b *Branch, rel string, trunc bool) (string, error) {
+	return s.copyUpWith(b, rel, trunc, nil)
+}
+
+// copyUpWith is copyUpFor that publishes the copy pre made outside the
+// lock (prepareCopyUp) if it is still the copy the branch needs: same
+// source, unchanged since (inode, size, mtime, ctime), same head.
+func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (string, error) {
 	if err := writableBranch(b); err != nil {
 		return "", err
 	}
@@ -299,7 +308,11 @@ func (s *Store) copyUpFor(b *Branch, rel string, trunc bool) (string, error) {
 		return "", syscall.ENOSPC
 	}
 	if !empty {
-		if err := s.fits(copyCost(&st)); err != nil {
+		cost := copyCost(&st)
+		if pre != nil {
+			cost -= pre.reserved // reserved already, and released after
+		}
+		if err := s.fits(cost); err != nil {
 			return "", err
 		}
 	}
@@ -330,6 +343,17 @@ func (s *Store) copyUpFor(b *Branch, rel string, trunc bool) (string, error) {
 	copy := s.copyNode
 	if empty {
 		copy = s.copyEmpty
+	}
+	if pre != nil && pre.src == res.Real && pre.head == h && pre.sig == sigOfStat(&st) && !empty {
+		// Made outside the lock: publish it (a rename in the store's
+		// filesystem). Its bytes were reserved while it was made.
+		copy = func(_, dst string, _ *unix.Stat_t) error {
+			if err := s.rename(pre.tmp, dst, unix.RENAME_NOREPLACE); err != nil {
+				return err
+			}
+			pre.used = true
+			return nil
+		}
 	}
 	if err := copy(res.Real, dst, &st); err != nil {
 		return "", err
@@ -368,9 +392,11 @@ func copyCost(st *unix.Stat_t) int64 {
 
 // CopyUp makes rel writable in b (see copyUp).
 func (s *Store) CopyUp(b *Branch, rel string) (string, error) {
+	pre := s.prepareCopyUp(b, rel, false)
+	defer s.dropPrepared(pre)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.copyUp(b, rel)
+	return s.copyUpWith(b, rel, false, pre)
 }
 
 // ensureParent copies rel's parent directories up into b's head.
@@ -614,6 +640,11 @@ func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create b
 		var st unix.Stat_t
 		return s.OpenRead(b, rel, flags, &st)
 	}
+	var pre *prepared
+	if !create {
+		pre = s.prepareCopyUp(b, rel, flags&unix.O_TRUNC != 0)
+		defer s.dropPrepared(pre)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fd := -1
@@ -639,7 +670,7 @@ func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create b
 		if res, err = s.resolve(b, rel, len(b.chain)); err != nil {
 			return -1, Res{}, err
 		}
-		if res.Real, err = s.copyUpFor(b, rel, flags&unix.O_TRUNC != 0); err != nil {
+		if res.Real, err = s.copyUpWith(b, rel, flags&unix.O_TRUNC != 0, pre); err != nil {
 			return -1, Res{}, err
 		}
 		res.Lower, res.Depth = false, len(b.chain)
@@ -695,4 +726,77 @@ func (s *Store) OpenRead(b *Branch, rel string, flags int, st *unix.Stat_t) (int
 	}
 	res.Lower = len(b.chain) > 0 && res.Depth < len(b.chain)
 	return fd, res, nil
+}
+
+// prepared is a copy-up made outside the store's lock, for copyUpWith to
+// publish under it.
+type prepared struct {
+	tmp, src string
+	sig      fileSig // of src when the copy was made
+	head     *layer  // the head it was made for
+	reserved int64   // its bytes, reserved under the limit while it is aside
+	used     bool    // published
+}
+
+// copyAside is the size from which a copy-up copies outside the lock: a
+// smaller file copies in less time than the second look costs.
+const copyAside = 1 << 20
+
+// prepareCopyUp copies rel's data for b's head aside, without the store's
+// lock, when that is what a copy-up of it will need (a regular file of one
+// name below b's head, big enough to be worth it): lookups, opens and the
+// other branches' changes go on meanwhile (STYLE.md rule 18). Nil if not.
+func (s *Store) prepareCopyUp(b *Branch, rel string, trunc bool) *prepared {
+	if b.Name == Main || trunc {
+		return nil
+	}
+	s.mu.RLock()
+	if writableBranch(b) != nil {
+		s.mu.RUnlock()
+		return nil
+	}
+	h := b.head()
+	res, err := s.resolve(b, rel, len(b.chain))
+	s.mu.RUnlock()
+	if err != nil || res.Depth == h.depth || res.IsDir() || res.Nlink > 1 {
+		return nil
+	}
+	var st unix.Stat_t
+	if s.Lstat(res.Real, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 || st.Blocks*512 < copyAside {
+		return nil
+	}
+	reserved, err := s.Reserve(b, 0, copyCost(&st))
+	if err != nil {
+		return nil // the copy-up under the lock says why
+	}
+	if err := os.MkdirAll(s.tmpDir(), 0o700); err != nil {
+		s.Settle("", reserved, -1)
+		return nil
+	}
+	p := &prepared{tmp: filepath.Join(s.tmpDir(), fmt.Sprintf("up-%d-%d", os.Getpid(), tmpSeq.Add(1))),
+		src: res.Real, sig: sigOfStat(&st), head: h, reserved: reserved}
+	if err := s.copyNode(res.Real, p.tmp, &st); err != nil {
+		s.dropPrepared(p)
+		return nil
+	}
+	// The source changed while it was copied: the copy under the lock
+	// will be made again.
+	if s.sigOf(res.Real) != p.sig {
+		s.dropPrepared(p)
+		return nil
+	}
+	return p
+}
+
+// dropPrepared releases a prepared copy's reservation and removes it if it
+// was not published.
+func (s *Store) dropPrepared(p *prepared) {
+	if p == nil {
+		return
+	}
+	if !p.used {
+		s.removeAll(p.tmp)
+	}
+	s.Settle("", p.reserved, -1)
+	p.reserved = 0
 }
