@@ -11,7 +11,7 @@ import (
 // TestCommitApplyFails: a commit into main whose apply fails part way
 // (here its third step, with EIO) tells the caller, loses nothing and is
 // finished by committing again: the child keeps its files and refuses
-// changes and abort meanwhile, its siblings are stale at once (the base
+// reads and changes (ESTALE) and abort meanwhile, its siblings are stale at once (the base
 // they forked from is half changed), and main forks and commits nothing
 // else. A commit left so across a restart is finished the same way; and a
 // second commit never plans anew over the first's half-applied steps
@@ -45,8 +45,11 @@ func TestCommitApplyFails(t *testing.T) {
 		if err := f.s.Abort("c"); !errors.Is(err, api.ErrBusy) {
 			t.Errorf("abort of a half-applied commit: %v, want ErrBusy", err)
 		}
-		if err := writeErr(f.s, c, "late", "z"); !errors.Is(err, syscall.EBUSY) {
-			t.Errorf("a write to a half-committed branch: %v, want EBUSY", err)
+		if err := writeErr(f.s, c, "late", "z"); !errors.Is(err, syscall.ESTALE) {
+			t.Errorf("a write to a half-committed branch: %v, want ESTALE", err)
+		}
+		if _, err := f.s.Resolve(c, "a"); !errors.Is(err, syscall.ESTALE) {
+			t.Errorf("a read of a half-committed branch: %v, want ESTALE (its files are moving into main)", err)
 		}
 		if err := f.s.Fork(Main, "other"); !errors.Is(err, api.ErrBusy) {
 			t.Errorf("fork of main while a commit into it is half applied: %v, want ErrBusy", err)

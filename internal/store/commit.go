@@ -42,23 +42,52 @@ type CommitResult struct {
 // is then kept for the caller to abort. durable makes the commit reach the
 // disk before it returns: the metadata, and for a commit into main its
 // journal and the changed files.
+//
+// A commit into main is decided under the store's lock (planned, journaled,
+// its siblings made stale) and applied to the base without it: lookups and
+// opens go on meanwhile (STYLE.md rule 18). While it is applied main's view
+// changes path by path; the child answers ESTALE (its files are moving into
+// the base: read them in main) and every other branch is stale already.
 func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 	if child == Main {
 		return CommitResult{}, api.Errorf(api.ErrBadRequest, "commit: main has no parent")
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	res, m, err := s.commitLocked(child, durable)
+	s.mu.Unlock()
+	if err != nil || m == nil {
+		return res, err
+	}
+	return res, s.applyMain(m, durable)
+}
+
+// mainCommit is a commit into main decided under the lock, to apply
+// without it.
+type mainCommit struct {
+	c     *Branch
+	ops   []op
+	stale []string
+	sync  bool // the journal is still to be synced (durable)
+}
+
+// commitLocked is Commit under s.mu: a commit into a branch is done; one
+// into main is decided and returned for applyMain.
+func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCommit, error) {
 	s.dirsChanged()
 	c, err := s.branch(child)
 	if err != nil {
-		return CommitResult{}, fmt.Errorf("commit: %w", err)
+		return CommitResult{}, nil, fmt.Errorf("commit: %w", err)
 	}
 	if s.pending != nil && s.pending.Child == child {
+		if s.applying {
+			return CommitResult{}, nil, api.Errorf(api.ErrBusy, "commit %s: it is being applied into main", child)
+		}
 		// Decided before: finish its journal, not a new plan.
-		return CommitResult{Parent: Main}, s.finishCommit(c, s.pending.Ops, durable, nil)
+		s.applying = true
+		return CommitResult{Parent: Main}, &mainCommit{c: c, ops: s.pending.Ops, sync: false}, nil
 	}
 	if c.stale {
-		return CommitResult{}, api.Errorf(api.ErrStale, "commit %s: the branch is stale (a sibling committed first); abort it", child)
+		return CommitResult{}, nil, api.Errorf(api.ErrStale, "commit %s: the branch is stale (a sibling committed first); abort it", child)
 	}
 	if len(c.kids) > 0 {
 		// Commit is leaf-only (as in BranchFS and the engine's trees): the
@@ -69,20 +98,20 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 			names[i] = k.Name
 		}
 		sort.Strings(names)
-		return CommitResult{}, fmt.Errorf("%w: %w", api.Errorf(api.ErrState, "commit %s: it has children %s; commit or abort them first (commit is leaf-only)", child, strings.Join(names, ", ")), syscall.EBUSY)
+		return CommitResult{}, nil, fmt.Errorf("%w: %w", api.Errorf(api.ErrState, "commit %s: it has children %s; commit or abort them first (commit is leaf-only)", child, strings.Join(names, ", ")), syscall.EBUSY)
 	}
 	p, err := s.branch(c.Parent)
 	if err != nil {
-		return CommitResult{}, fmt.Errorf("commit %s: parent: %w", child, err)
+		return CommitResult{}, nil, fmt.Errorf("commit %s: parent: %w", child, err)
 	}
 	if p.stale {
-		return CommitResult{}, api.Errorf(api.ErrStale, "commit %s: its parent %s is stale", child, p.Name)
+		return CommitResult{}, nil, api.Errorf(api.ErrStale, "commit %s: its parent %s is stale", child, p.Name)
 	}
 	if err := s.busyMain(p); err != nil {
-		return CommitResult{}, fmt.Errorf("commit %s: %w", child, err)
+		return CommitResult{}, nil, fmt.Errorf("commit %s: %w", child, err)
 	}
 	if s.changedSince(p, c) {
-		return CommitResult{}, api.Errorf(api.ErrStale, "commit %s: %s changed since %s was forked (first commit wins); abort it", child, p.Name, child)
+		return CommitResult{}, nil, api.Errorf(api.ErrStale, "commit %s: %s changed since %s was forked (first commit wins); abort it", child, p.Name, child)
 	}
 	res := CommitResult{Parent: p.Name}
 	var stale []*Branch
@@ -105,7 +134,7 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 			for _, d := range stale {
 				d.stale = false
 			}
-			return CommitResult{}, fmt.Errorf("commit %s: %w", child, err)
+			return CommitResult{}, nil, fmt.Errorf("commit %s: %w", child, err)
 		}
 		c.gone = true
 		s.publishCommit(p.Name, c.Name, ownPaths(c), res.Stale)
@@ -121,21 +150,21 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 				s.unlink(c)
 				delete(s.branches, c.Name)
 				s.free(freed)
-				return res, fmt.Errorf("commit %s: sync: %w", child, err)
+				return res, nil, fmt.Errorf("commit %s: sync: %w", child, err)
 			}
 		}
 		s.unlink(c)
 		delete(s.branches, c.Name)
 		s.free(freed)
-		return res, nil
+		return res, nil, nil
 	}
 	ops, err := s.plan(c)
 	if err != nil {
-		return CommitResult{}, fmt.Errorf("commit %s: plan: %w", child, err)
+		return CommitResult{}, nil, fmt.Errorf("commit %s: plan: %w", child, err)
 	}
 	j, err := json.Marshal(journal{Child: c.Name, Ops: ops})
 	if err != nil {
-		return CommitResult{}, err
+		return CommitResult{}, nil, err
 	}
 	// The journal and the siblings' staleness in one transaction: from here
 	// on the commit is decided, and no other branch may read a base that
@@ -147,39 +176,64 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 		for _, d := range stale {
 			d.stale = false
 		}
-		return CommitResult{}, fmt.Errorf("commit %s: journal: %w", child, err)
+		return CommitResult{}, nil, fmt.Errorf("commit %s: journal: %w", child, err)
 	}
 	var freed []*layer
 	for _, d := range stale {
 		freed = s.release(d, freed)
 	}
 	s.free(freed)
-	if durable {
-		if err := s.db.Sync(); err != nil {
-			// Decided all the same: finished by a Commit again or at Open.
-			return res, s.halfDone(c, ops, fmt.Errorf("journal sync: %w", err))
-		}
-	}
-	crashPoint("journaled")
-	return res, s.finishCommit(c, ops, durable, res.Stale)
+	s.pending = &journal{Child: c.Name, Ops: ops}
+	c.committing = true
+	s.applying = true
+	return res, &mainCommit{c: c, ops: ops, stale: res.Stale, sync: durable}, nil
 }
 
-// finishCommit applies a decided commit of c into main and records it done.
-// A failure leaves it pending (halfDone).
-func (s *Store) finishCommit(c *Branch, ops []op, durable bool, stale []string) error {
-	if err := s.apply(ops, durable); err != nil {
-		return s.halfDone(c, ops, err)
+// applyMain applies a decided commit into main to the base, without the
+// store's lock, and records it done under it. A failure leaves it pending
+// (halfDone). The fsyncs (the journal's, the files', the metadata's) are
+// made without the lock too.
+func (s *Store) applyMain(m *mainCommit, durable bool) error {
+	var moved [][2]string
+	err := func() error {
+		if m.sync {
+			if err := s.db.Sync(); err != nil {
+				return fmt.Errorf("journal sync: %w", err)
+			}
+		}
+		crashPoint("journaled")
+		var err error
+		moved, err = s.apply(m.ops, durable)
+		return err
+	}()
+	s.mu.Lock()
+	s.applying = false
+	for _, mv := range moved {
+		s.moveWriters(mv[0], mv[1], false) // a descriptor still open on it writes the base now
+	}
+	if err != nil {
+		err = s.halfDone(m.c, m.ops, err)
+		s.mu.Unlock()
+		return err
 	}
 	crashPoint("applied")
-	if err := s.finishMain(c.Name, durable); err != nil {
-		return s.halfDone(c, ops, err)
+	if err := s.finishMain(m.c.Name); err != nil {
+		err = s.halfDone(m.c, m.ops, err)
+		s.mu.Unlock()
+		return err
 	}
 	s.pending = nil
-	paths := make([]string, len(ops))
-	for i, o := range ops {
+	paths := make([]string, len(m.ops))
+	for i, o := range m.ops {
 		paths[i] = o.Path
 	}
-	s.publishCommit(Main, c.Name, paths, stale)
+	s.publishCommit(Main, m.c.Name, paths, m.stale)
+	s.mu.Unlock()
+	if durable {
+		if err := s.db.Sync(); err != nil {
+			return fmt.Errorf("commit %s: sync: %w", m.c.Name, err)
+		}
+	}
 	return nil
 }
 
@@ -198,6 +252,9 @@ func (s *Store) halfDone(c *Branch, ops []op, err error) error {
 // busyMain refuses a fork or commit of main while a commit into it is
 // half applied.
 func (s *Store) busyMain(p *Branch) error {
+	if p.committing {
+		return api.Errorf(api.ErrBusy, "%s is being committed into main", p.Name)
+	}
 	if s.pending == nil || p.Name != Main {
 		return nil
 	}
@@ -221,7 +278,7 @@ func ownPaths(c *Branch) []string {
 
 // finishMain records a commit into main as done: the child is gone, every
 // other branch is stale, the journal is cleared.
-func (s *Store) finishMain(child string, durable bool) error {
+func (s *Store) finishMain(child string) error {
 	m := s.branches[Main]
 	m.gen++
 	var stale []*Branch
@@ -240,11 +297,6 @@ func (s *Store) finishMain(child string, durable bool) error {
 			b.stale = false
 		}
 		return err
-	}
-	if durable {
-		if err := s.db.Sync(); err != nil {
-			return err
-		}
 	}
 	var freed []*layer
 	if c := s.branches[child]; c != nil {
@@ -360,12 +412,16 @@ func (s *Store) plan(c *Branch) ([]op, error) {
 // directory of the base swapped for a symlink, or exchanged with one by
 // RENAME_EXCHANGE, mid-commit, fails the step (ELOOP) rather than taking a
 // write outside the base.
-func (s *Store) apply(ops []op, durable bool) error {
+//
+// It runs without the store's lock (replayed at Open, with it): the
+// descriptors open for writing that a step moves into the base are
+// returned as (old, new) real paths, for the caller to re-key under the lock.
+func (s *Store) apply(ops []op, durable bool) (moved [][2]string, err error) {
 	dirs := map[string]bool{}
 	for _, o := range ops {
 		if faultApply != nil {
 			if err := faultApply(o); err != nil {
-				return err
+				return moved, err
 			}
 		}
 		dst := s.base
@@ -375,7 +431,7 @@ func (s *Store) apply(ops []op, durable bool) error {
 		switch o.Kind {
 		case "delete":
 			if err := s.removeAll(dst); err != nil {
-				return err
+				return moved, err
 			}
 		case "dir":
 			var st unix.Stat_t
@@ -383,25 +439,25 @@ func (s *Store) apply(ops []op, durable bool) error {
 				if os.IsNotExist(err) {
 					continue // applied already
 				}
-				return err
+				return moved, err
 			}
 			var dt unix.Stat_t
 			if err := s.Lstat(dst, &dt); err == nil && dt.Mode&unix.S_IFMT != unix.S_IFDIR {
 				if err := s.unlinkPath(dst); err != nil {
-					return err
+					return moved, err
 				}
 			}
 			if err := s.mkdir(dst, 0o700); err != nil && err != unix.EEXIST {
-				return err
+				return moved, err
 			}
 			if err := s.Lstat(dst, &dt); err != nil {
-				return err
+				return moved, err
 			}
 			if dt.Mode&unix.S_IFMT != unix.S_IFDIR {
-				return notType(dst, "a directory", &dt)
+				return moved, notType(dst, "a directory", &dt)
 			}
 			if err := s.copyMeta(o.Src, dst, &st); err != nil {
-				return err
+				return moved, err
 			}
 		case "replace":
 			var st unix.Stat_t
@@ -409,32 +465,32 @@ func (s *Store) apply(ops []op, durable bool) error {
 				if os.IsNotExist(err) {
 					continue // moved already
 				}
-				return err
+				return moved, err
 			}
 			var dt unix.Stat_t
 			if err := s.Lstat(dst, &dt); err == nil && dt.Mode&unix.S_IFMT == unix.S_IFDIR {
 				if err := s.removeAll(dst); err != nil {
-					return err
+					return moved, err
 				}
 			}
 			s.Removexattr(o.Src, inoXattr)
 			if err := s.rename(o.Src, dst, 0); err != nil {
 				if !errors.Is(err, syscall.EXDEV) {
-					return err
+					return moved, err
 				}
 				tmp := dst + ".arbor-commit"
 				s.unlinkPath(tmp)
 				if err := s.copyNode(o.Src, tmp, &st); err != nil {
-					return err
+					return moved, err
 				}
 				if err := s.rename(tmp, dst, 0); err != nil {
-					return err
+					return moved, err
 				}
 			}
-			s.moveWriters(o.Src, dst, false) // a descriptor still open on it writes the base now
+			moved = append(moved, [2]string{o.Src, dst})
 			if durable && st.Mode&unix.S_IFMT == unix.S_IFREG {
 				if err := s.Fsync(dst); err != nil {
-					return err
+					return moved, err
 				}
 			}
 		case "inplace":
@@ -443,13 +499,13 @@ func (s *Store) apply(ops []op, durable bool) error {
 				if os.IsNotExist(err) {
 					continue // written and removed already
 				}
-				return err
+				return moved, err
 			}
 			if err := s.copyInto(o.Src, dst, &st, durable); err != nil {
-				return err
+				return moved, err
 			}
 			if err := s.unlinkPath(o.Src); err != nil && !os.IsNotExist(err) {
-				return err
+				return moved, err
 			}
 		}
 		d, _ := splitRel(o.Path)
@@ -458,11 +514,11 @@ func (s *Store) apply(ops []op, durable bool) error {
 	if durable {
 		for d := range dirs {
 			if err := s.Fsync(joinRel(s.base, d)); err != nil {
-				return err
+				return moved, err
 			}
 		}
 	}
-	return nil
+	return moved, nil
 }
 
 // replayJournal finishes a commit into main that a crash cut short.
@@ -483,7 +539,11 @@ func (s *Store) replayJournal() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.log.Info("replaying an interrupted commit", "child", j.Child, "ops", len(j.Ops))
-	if err := s.apply(j.Ops, true); err != nil {
+	moved, err := s.apply(j.Ops, true)
+	for _, mv := range moved {
+		s.moveWriters(mv[0], mv[1], false)
+	}
+	if err != nil {
 		c := s.branches[j.Child]
 		if c == nil {
 			return fmt.Errorf("store: replay commit of %s: %w", j.Child, err)
@@ -493,7 +553,10 @@ func (s *Store) replayJournal() error {
 			"child", j.Child, "err", s.halfDone(c, j.Ops, err))
 		return nil
 	}
-	return s.finishMain(j.Child, true)
+	if err := s.finishMain(j.Child); err != nil {
+		return err
+	}
+	return s.db.Sync()
 }
 
 // crashPoint lets the crash tests kill the process at a named point of a

@@ -125,3 +125,109 @@ func BenchmarkLookupDuringCopyUp(b *testing.B) {
 	b.ReportMetric(busy99, "busy-p99-us")
 	b.ReportMetric(busy99/idle99, "p99-ratio")
 }
+
+// BenchmarkLookupDuringCommit: while a durable commit into main applies
+// 500 files of 256 KiB (each fsynced, and its directory), lookups and opens
+// of main's other files keep their latency: the commit is decided under
+// the lock and applied without it.
+//
+//	go test -run '^$' -bench BenchmarkLookupDuringCommit -benchtime 1x ./internal/store/
+func BenchmarkLookupDuringCommit(b *testing.B) {
+	base, dir := b.TempDir(), b.TempDir()
+	const small = 200
+	for i := range small {
+		p := filepath.Join(base, fmt.Sprintf("d%d/f%d", i%10, i))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte("x"), 0o644)
+	}
+	s, err := Open(Config{Dir: dir, Base: base})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	m, _ := s.Branch(Main)
+	op := func(i int) time.Duration {
+		rel := fmt.Sprintf("d%d/f%d", i%10, i%small)
+		t0 := time.Now()
+		var st unix.Stat_t
+		if _, err := s.ResolveStat(m, rel, &st); err != nil {
+			b.Fatal(err)
+		}
+		fd, _, err := s.OpenRead(m, rel, unix.O_RDONLY, &st)
+		if err != nil {
+			b.Fatal(err)
+		}
+		unix.Close(fd)
+		return time.Since(t0)
+	}
+	pct := func(l []time.Duration, p int) float64 {
+		slices.Sort(l)
+		return float64(l[len(l)*p/100]) / float64(time.Microsecond)
+	}
+	data := make([]byte, 256<<10)
+	var idle50, idle99, busy50, busy99 float64
+	for n := 0; n < b.N; n++ {
+		name := fmt.Sprintf("c%d", n)
+		if err := s.Fork(Main, name); err != nil {
+			b.Fatal(err)
+		}
+		c, _ := s.Branch(name)
+		for i := range 500 {
+			rel := fmt.Sprintf("out%d/g%d", n, i)
+			if i == 0 {
+				if err := s.Create(c, fmt.Sprintf("out%d", n), true, func(d int, nm string) error { return unix.Mkdirat(d, nm, 0o755) }); err != nil {
+					b.Fatal(err)
+				}
+			}
+			err := s.Create(c, rel, false, func(d int, nm string) error {
+				fd, err := unix.Openat(d, nm, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+				if err != nil {
+					return err
+				}
+				defer unix.Close(fd)
+				_, err = unix.Write(fd, data)
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		var idle []time.Duration
+		for i := range 2000 {
+			idle = append(idle, op(i))
+		}
+		done := make(chan struct{})
+		var commitTime time.Duration
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			defer close(done)
+			t0 := time.Now()
+			if _, err := s.Commit(name, true); err != nil {
+				b.Error(err)
+			}
+			commitTime = time.Since(t0)
+		})
+		var busy []time.Duration
+		time.Sleep(2 * time.Millisecond)
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+			default:
+				busy = append(busy, op(i))
+				continue
+			}
+			break
+		}
+		wg.Wait()
+		if len(busy) == 0 {
+			b.Fatalf("no op during a commit of %v", commitTime)
+		}
+		idle50, idle99, busy50, busy99 = pct(idle, 50), pct(idle, 99), pct(busy, 50), pct(busy, 99)
+		b.Logf("durable commit of 500 files in %v; %d ops during it", commitTime, len(busy))
+	}
+	b.ReportMetric(idle50, "idle-p50-us")
+	b.ReportMetric(idle99, "idle-p99-us")
+	b.ReportMetric(busy50, "busy-p50-us")
+	b.ReportMetric(busy99, "busy-p99-us")
+	b.ReportMetric(busy99/idle99, "p99-ratio")
+}

@@ -47,7 +47,22 @@
 //
 // Locking. Store.mu guards the branch table, the layer index and every layer
 // directory: path operations that only read take it shared, every mutation
-// takes it exclusively, so a reader sees a commit all or not at all.
+// takes it exclusively. No long copy and no fsync happens under it: a
+// copy-up of a file of 1 MiB or more copies to a temporary name first and
+// is published under the lock with a rename, if its source is unchanged; a
+// commit into main is decided under the lock (planned, journaled, siblings
+// made stale) and applied to the base without it, then recorded under it.
+// So a branch reader sees a commit into a branch all or not at all; main's
+// view changes path by path while a commit into it applies (every other
+// branch is stale by then, and the child answers ESTALE). A commit into
+// main whose apply fails stays decided: committing the child again finishes
+// it (see Commit).
+//
+// Paths. Every path under the base or a layer is walked from a descriptor
+// with no symlink followed (beneath.go): the daemon runs as root over bases
+// that other users own and change. Open takes an flock on the base's
+// descriptor: one store per base on the host; a second Open fails with
+// api.ErrBusy naming the holder.
 //
 // Disk. The store counts what its layers allocate on disk (st_blocks, as du
 // does) and can be given a limit (a tree's disk budget): see disk.go for

@@ -228,14 +228,11 @@ func (s *Store) whiteout(l *layer, rel string) error {
 
 // writableBranch checks that b may be written.
 func writableBranch(b *Branch) error {
-	if b.stale || b.gone {
+	if b.stale || b.gone || b.committing {
 		return syscall.ESTALE
 	}
 	if b.readOnly {
 		return syscall.EROFS
-	}
-	if b.committing {
-		return syscall.EBUSY
 	}
 	return nil
 }

@@ -80,7 +80,7 @@ var errLazyBase = errors.New("store: a layer below a base path")
 // opens the path with no symlink followed, which checks what the lstats
 // would have, in one syscall (OpenRead).
 func (s *Store) resolveStat(b *Branch, rel string, max int, out *unix.Stat_t, lazy bool) (Res, bool, error) {
-	if b.stale || b.gone {
+	if b.stale || b.gone || b.committing {
 		return Res{}, false, syscall.ESTALE
 	}
 	res := Res{Real: s.base, Kind: kDir}

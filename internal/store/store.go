@@ -71,6 +71,9 @@ type Store struct {
 	// it is finished by a Commit of its child again, or by the replay at
 	// the next Open; until then main forks and commits nothing else.
 	pending *journal
+	// applying: pending is being applied without the lock (applyMain);
+	// another Commit of its child waits its turn with ErrBusy.
+	applying bool
 }
 
 // Branch is one branch. Its fields are guarded by Store.mu.
@@ -95,8 +98,9 @@ type Branch struct {
 	// kept in memory only: the owner sets it again after a restart.
 	readOnly bool
 	// committing: the branch's commit into main is decided (journaled) but
-	// not yet wholly applied (Store.pending): it refuses changes and abort
-	// until a Commit of it again finishes the journal.
+	// not yet wholly applied (Store.pending): its files are moving into the
+	// base, so it answers ESTALE, and refuses abort until a Commit of it
+	// finishes the journal.
 	committing bool
 	Quota      int64
 	kids       []*Branch // the children forked from it, while they last (see unlink)
