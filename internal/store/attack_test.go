@@ -1,175 +1,26 @@
 package store
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/arbor-dev/arbor/internal/testenv"
+	"github.com/arbor-dev/arbor/internal/store/attacktest"
 	"golang.org/x/sys/unix"
 )
 
 // The attack tests: a base owned by uid 65534, who swaps a file or a
-// directory of it for a symlink to root's files (RENAME_EXCHANGE, in a
-// loop, from a process of its own) while the store, as root, works on the
-// base. Root's files live in a temporary directory (never the real /etc):
-// a file "secret" (0600) and a directory "etc" (0755, root's). Whatever
-// the interleaving, the store's operations refuse (ELOOP, ENOTDIR, ...) or
-// stay inside the base: root's files keep their content, mode and owner,
-// and nothing of theirs is read into a branch.
+// directory of it for a symlink to root's secret or root's directory
+// (RENAME_EXCHANGE, in a loop, from a process of its own: attacktest)
+// while the store, as root, works on the base. Whatever the interleaving,
+// the store's operations refuse (ELOOP, ENOTDIR, ...) or stay inside the
+// base: root's files keep their content, mode and owner, and nothing of
+// theirs is read into a branch.
 
-const (
-	envAttack    = "ARBOR_STORE_ATTACK"     // the pairs to swap: "a:b,c:d"
-	envAttackDir = "ARBOR_STORE_ATTACK_DIR" // the base
-	nobody       = 65534
-	secretData   = "root-only secret"
-)
-
-// TestAttackerHelper is not a test: it is the body of the attacker's
-// process. For each name=target it gives, it swaps the base's name with a
-// symlink to target and back (RENAME_EXCHANGE with name.s), making the
-// symlink again whenever the store's own moves took it away, until killed
-// (or for a minute at most).
-func TestAttackerHelper(t *testing.T) {
-	pairs := os.Getenv(envAttack)
-	if pairs == "" {
-		t.Skip("the attack tests' helper process; runs only under them")
-	}
-	dir := os.Getenv(envAttackDir)
-	type swap struct{ name, alt, target string }
-	var ps []swap
-	for _, p := range strings.Split(pairs, ",") {
-		name, target, _ := strings.Cut(p, "=")
-		ps = append(ps, swap{filepath.Join(dir, name), filepath.Join(dir, name+".s"), target})
-	}
-	isLink := func(p string) bool {
-		var st unix.Stat_t
-		return unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK
-	}
-	arm := func(p swap) {
-		switch {
-		case isLink(p.alt):
-		case isLink(p.name):
-			unix.Renameat2(unix.AT_FDCWD, p.name, unix.AT_FDCWD, p.alt, unix.RENAME_EXCHANGE)
-		default:
-			os.RemoveAll(p.alt)
-			os.Symlink(p.target, p.alt)
-		}
-	}
-	for _, p := range ps {
-		arm(p)
-		if !isLink(p.alt) {
-			fmt.Println("no symlink at", p.alt)
-			os.Exit(3)
-		}
-	}
-	fmt.Println("ready")
-	for end := time.Now().Add(time.Minute); time.Now().Before(end); {
-		for _, p := range ps {
-			arm(p)
-			unix.Renameat2(unix.AT_FDCWD, p.name, unix.AT_FDCWD, p.alt, unix.RENAME_EXCHANGE)
-			unix.Renameat2(unix.AT_FDCWD, p.name, unix.AT_FDCWD, p.alt, unix.RENAME_EXCHANGE)
-		}
-	}
-	os.Exit(0)
-}
-
-// hostile is a base owned by nobody beside root's own files.
-type hostile struct {
-	root, base, secret, etc string
-}
-
-func newHostile(t *testing.T) *hostile {
-	t.Helper()
-	testenv.NeedRoot(t, "to serve a base that another uid owns and swaps")
-	top := t.TempDir()
-	// nobody reaches its base, and its own copy of the test binary, through it.
-	must(t, os.Chmod(filepath.Dir(top), 0o755))
-	must(t, os.Chmod(top, 0o755))
-	h := &hostile{root: top, base: filepath.Join(top, "base"), secret: filepath.Join(top, "secret"), etc: filepath.Join(top, "etc")}
-	must(t, os.WriteFile(h.secret, []byte(secretData), 0o600))
-	must(t, os.Mkdir(h.etc, 0o755))
-	must(t, os.WriteFile(h.etc+"/x", []byte(secretData), 0o600))
-	must(t, os.Mkdir(h.base, 0o755))
-	return h
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// give makes the base's content nobody's.
-func (h *hostile) give(t *testing.T) {
-	t.Helper()
-	must(t, filepath.Walk(h.base, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, nobody, nobody)
-	}))
-}
-
-// attack starts nobody's process swapping the pairs of names, and stops it
-// at the end of the test.
-func (h *hostile) attack(t *testing.T, pairs string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	bin, err := os.ReadFile(os.Args[0])
-	must(t, err)
-	self := filepath.Join(h.root, "attacker.test")
-	must(t, os.WriteFile(self, bin, 0o755))
-	cmd := exec.CommandContext(ctx, self, "-test.run=^TestAttackerHelper$")
-	cmd.Env = append(os.Environ(), envAttack+"="+pairs, envAttackDir+"="+h.base)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	out, err := cmd.StdoutPipe()
-	must(t, err)
-	must(t, cmd.Start())
-	buf := make([]byte, 64)
-	if n, _ := out.Read(buf); string(buf[:n]) != "ready\n" {
-		cancel()
-		cmd.Wait()
-		t.Fatalf("the attacker did not start: %q", buf[:n])
-	}
-	t.Cleanup(func() {
-		cancel()
-		cmd.Wait()
-	})
-}
-
-// check fails the test if root's files changed.
-func (h *hostile) check(t *testing.T) {
-	t.Helper()
-	for _, p := range []string{h.secret, h.etc + "/x"} {
-		var st unix.Stat_t
-		must(t, unix.Lstat(p, &st))
-		data, err := os.ReadFile(p)
-		if err != nil || string(data) != secretData || st.Mode&07777 != 0o600 || st.Uid != 0 || st.Size != int64(len(secretData)) {
-			t.Fatalf("root's %s changed: %q mode %o uid %d (%v)", p, data, st.Mode&07777, st.Uid, err)
-		}
-	}
-	ents, _ := os.ReadDir(h.etc)
-	if len(ents) != 1 {
-		var names []string
-		for _, e := range ents {
-			names = append(names, e.Name())
-		}
-		t.Fatalf("root's directory %s holds %v: the store wrote into it", h.etc, names)
-	}
-	var st unix.Stat_t
-	must(t, unix.Lstat(h.etc, &st))
-	if st.Mode&07777 != 0o755 || st.Uid != 0 {
-		t.Fatalf("root's directory %s: mode %o uid %d", h.etc, st.Mode&07777, st.Uid)
-	}
-}
+// TestAttackerHelper is not a test: it is the attacker's process
+// (attacktest.Helper).
+func TestAttackerHelper(t *testing.T) { attacktest.Helper(t) }
 
 // rounds is how many times each attack is tried: enough for the swaps to
 // land in every window (each round is a few syscalls of the store's).
@@ -179,13 +30,15 @@ const rounds = 3000
 // secret. A branch's copy-up and open for writing, a truncation, a chmod,
 // main's open for writing, and reads from both never reach the secret.
 func TestAttackFileSwap(t *testing.T) {
-	h := newHostile(t)
-	must(t, os.WriteFile(h.base+"/f", []byte("mine"), 0o644))
-	h.give(t)
-	f := &fixture{t: t, base: h.base, dir: t.TempDir()}
+	h := attacktest.New(t)
+	if err := os.WriteFile(h.Base+"/f", []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.Give(t)
+	f := &fixture{t: t, base: h.Base, dir: t.TempDir()}
 	f.open()
 	defer f.s.Close()
-	h.attack(t, "f="+h.secret)
+	h.Attack(t, "TestAttackerHelper", "f="+h.Secret)
 	m := f.br(Main)
 	refused := 0
 	for i := range rounds {
@@ -222,9 +75,11 @@ func TestAttackFileSwap(t *testing.T) {
 				}
 			}
 		}
-		must(t, f.s.Abort(name))
+		if err := f.s.Abort(name); err != nil {
+			t.Fatal(err)
+		}
 	}
-	h.check(t)
+	h.Check(t)
 	t.Logf("%d of %d operations refused", refused, rounds*6)
 }
 
@@ -233,14 +88,18 @@ func TestAttackFileSwap(t *testing.T) {
 // and rename under it, a branch's copy-up of a file under it, and a commit
 // into main of a change under it never write into root's directory.
 func TestAttackDirSwap(t *testing.T) {
-	h := newHostile(t)
-	must(t, os.Mkdir(h.base+"/d", 0o755))
-	must(t, os.WriteFile(h.base+"/d/x", []byte("mine"), 0o600))
-	h.give(t)
-	f := &fixture{t: t, base: h.base, dir: t.TempDir()}
+	h := attacktest.New(t)
+	if err := os.Mkdir(h.Base+"/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(h.Base+"/d/x", []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.Give(t)
+	f := &fixture{t: t, base: h.Base, dir: t.TempDir()}
 	f.open()
 	defer f.s.Close()
-	h.attack(t, "d="+h.etc)
+	h.Attack(t, "TestAttackerHelper", "d="+h.Etc)
 	m := f.br(Main)
 	mk := func(dir int, name string) error {
 		fd, err := unix.Openat(dir, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
@@ -260,7 +119,7 @@ func TestAttackDirSwap(t *testing.T) {
 			unix.Close(fd)
 			f.s.CloseWrite(res.Real)
 			f.s.Chmod(res.Real, 0o666)
-			f.s.Chown(res.Real, nobody, nobody)
+			f.s.Chown(res.Real, attacktest.Nobody, attacktest.Nobody)
 			f.s.Setxattr(res.Real, "trusted.arbor-attack", []byte("1"), 0)
 			f.s.Utimes(res.Real, []unix.Timespec{{Sec: 1}, {Sec: 1}})
 		}
@@ -289,9 +148,9 @@ func TestAttackDirSwap(t *testing.T) {
 		}
 		f.s.Remove(m, "d/made", false)
 		if i%500 == 0 {
-			h.check(t)
+			h.Check(t)
 		}
 	}
-	h.check(t)
+	h.Check(t)
 	t.Logf("%d rounds: main created under d %d times; %d commits landed at once, %d were refused a step and finished later", rounds, created, committed, refused)
 }
