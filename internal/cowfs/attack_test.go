@@ -1,7 +1,6 @@
 package cowfs
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,10 +33,7 @@ func open(p string, flags int) (int, error) {
 // never change and the secret is never read.
 func TestAttackThroughMount(t *testing.T) {
 	h := attacktest.New(t)
-	os.WriteFile(h.Base+"/f", []byte("mine"), 0o644)
-	os.Mkdir(h.Base+"/d", 0o755)
-	os.WriteFile(h.Base+"/d/x", []byte("mine"), 0o644)
-	h.Give(t)
+	h.Put(t, map[string]string{"f": "mine", "d/x": "mine"})
 	st, err := store.Open(store.Config{Dir: t.TempDir(), Base: h.Base})
 	if err != nil {
 		t.Fatal(err)

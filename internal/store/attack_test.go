@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -22,6 +21,18 @@ import (
 // (attacktest.Helper).
 func TestAttackerHelper(t *testing.T) { attacktest.Helper(t) }
 
+// attacked opens a store over a hostile base holding files and starts the
+// attacker's swaps on it.
+func attacked(t *testing.T, files map[string]string, swaps func(*attacktest.Hostile) string) (*attacktest.Hostile, *fixture) {
+	h := attacktest.New(t)
+	h.Put(t, files)
+	f := &fixture{t: t, base: h.Base, dir: t.TempDir()}
+	f.open()
+	t.Cleanup(func() { f.s.Close() })
+	h.Attack(t, "TestAttackerHelper", swaps(h))
+	return h, f
+}
+
 // rounds is how many times each attack is tried: enough for the swaps to
 // land in every window (each round is a few syscalls of the store's).
 const rounds = 3000
@@ -30,15 +41,7 @@ const rounds = 3000
 // secret. A branch's copy-up and open for writing, a truncation, a chmod,
 // main's open for writing, and reads from both never reach the secret.
 func TestAttackFileSwap(t *testing.T) {
-	h := attacktest.New(t)
-	if err := os.WriteFile(h.Base+"/f", []byte("mine"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h.Give(t)
-	f := &fixture{t: t, base: h.Base, dir: t.TempDir()}
-	f.open()
-	defer f.s.Close()
-	h.Attack(t, "TestAttackerHelper", "f="+h.Secret)
+	h, f := attacked(t, map[string]string{"f": "mine"}, func(h *attacktest.Hostile) string { return "f=" + h.Secret })
 	m := f.br(Main)
 	refused := 0
 	for i := range rounds {
@@ -88,18 +91,7 @@ func TestAttackFileSwap(t *testing.T) {
 // and rename under it, a branch's copy-up of a file under it, and a commit
 // into main of a change under it never write into root's directory.
 func TestAttackDirSwap(t *testing.T) {
-	h := attacktest.New(t)
-	if err := os.Mkdir(h.Base+"/d", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(h.Base+"/d/x", []byte("mine"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	h.Give(t)
-	f := &fixture{t: t, base: h.Base, dir: t.TempDir()}
-	f.open()
-	defer f.s.Close()
-	h.Attack(t, "TestAttackerHelper", "d="+h.Etc)
+	h, f := attacked(t, map[string]string{"d/x": "mine"}, func(h *attacktest.Hostile) string { return "d=" + h.Etc })
 	m := f.br(Main)
 	mk := func(dir int, name string) error {
 		fd, err := unix.Openat(dir, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)

@@ -110,6 +110,22 @@ func must(t *testing.T, err error) {
 	}
 }
 
+// Put makes the base's files (a name ending in "/" is a directory) and
+// gives them to nobody.
+func (h *Hostile) Put(t *testing.T, files map[string]string) {
+	t.Helper()
+	for name, data := range files {
+		p := filepath.Join(h.Base, name)
+		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		if strings.HasSuffix(name, "/") {
+			must(t, os.MkdirAll(p, 0o755))
+			continue
+		}
+		must(t, os.WriteFile(p, []byte(data), 0o644))
+	}
+	h.Give(t)
+}
+
 // Give makes everything in the base nobody's.
 func (h *Hostile) Give(t *testing.T) {
 	t.Helper()
