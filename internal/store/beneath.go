@@ -231,7 +231,7 @@ func (s *Store) viaProc(real string, op func(p string) error) error {
 		return err
 	}
 	defer unix.Close(fd)
-	return op("/proc/self/fd/" + strconv.Itoa(fd))
+	return op(procPath(fd))
 }
 
 // Chmod sets real's permission bits; a symlink is refused (EOPNOTSUPP),
@@ -397,9 +397,6 @@ func removeAt(dir int, name string) error {
 		if err != nil {
 			return err
 		}
-		if len(ents) == 0 {
-			break
-		}
 		for _, e := range ents {
 			if err := removeAt(fd, e.name); err != nil {
 				if err == unix.EACCES {
@@ -414,15 +411,18 @@ func removeAt(dir int, name string) error {
 				}
 			}
 		}
-		if _, err := unix.Seek(fd, 0, 0); err != nil {
+		switch err := unix.Unlinkat(dir, name, unix.AT_REMOVEDIR); err {
+		case nil, unix.ENOENT:
+			return nil
+		case unix.ENOTEMPTY, unix.EEXIST:
+			// Made in it meanwhile: list it again.
+			if _, err := unix.Seek(fd, 0, 0); err != nil {
+				return err
+			}
+		default:
 			return err
 		}
 	}
-	err = unix.Unlinkat(dir, name, unix.AT_REMOVEDIR)
-	if err == unix.ENOENT {
-		return nil
-	}
-	return err
 }
 
 // openRoot opens dir once, resolved now and never again, and checks that

@@ -16,32 +16,49 @@ import (
 // (beneath.go): a copy never reads through, nor writes through, a symlink.
 
 // copyMeta gives dst (already made) src's mode, owner, times and xattrs.
+// Both are opened once (O_PATH, no symlink followed) and every call goes
+// through those descriptors.
 func (s *Store) copyMeta(src, dst string, st *unix.Stat_t) error {
-	isLink := st.Mode&unix.S_IFMT == unix.S_IFLNK
-	if err := s.Chown(dst, int(st.Uid), int(st.Gid)); err != nil && !errors.Is(err, unix.EPERM) {
+	sfd, err := s.open(src, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
 		return err
 	}
-	if !isLink {
-		if err := s.Chmod(dst, st.Mode&07777); err != nil {
+	defer unix.Close(sfd)
+	dfd, err := s.open(dst, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	sp, dp := procPath(sfd), procPath(dfd)
+	if err := unix.Fchownat(dfd, "", int(st.Uid), int(st.Gid), unix.AT_EMPTY_PATH); err != nil && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+		if err := unix.Chmod(dp, st.Mode&07777); err != nil {
 			return err
 		}
 	}
-	if err := s.copyXattrs(src, dst); err != nil {
+	if err := copyXattrs(sp, dp, src, dst); err != nil {
 		return err
 	}
-	return s.Utimes(dst, []unix.Timespec{st.Atim, st.Mtim})
+	return unix.UtimesNanoAt(unix.AT_FDCWD, dp, []unix.Timespec{st.Atim, st.Mtim}, 0)
 }
 
-// copyXattrs copies src's extended attributes to dst (the store's own
-// inode attribute aside). A failure is returned, never skipped: an xattr
-// lost at copy-up is data lost.
-func (s *Store) copyXattrs(src, dst string) error {
+// procPath is the path of descriptor fd: /proc/self/fd/N reaches its inode
+// itself, a symlink's included, whatever its name names by then.
+func procPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// copyXattrs copies the extended attributes of the object at the /proc
+// path sp to the one at dp (the store's own inode attribute aside); src
+// and dst name them in errors. A failure is returned, never skipped: an
+// xattr lost at copy-up is data lost.
+func copyXattrs(sp, dp, src, dst string) error {
 	var names []byte
 	for size := 4096; ; {
 		buf := make([]byte, size)
-		n, err := s.Listxattr(src, buf)
+		n, err := unix.Listxattr(sp, buf)
 		if errors.Is(err, unix.ERANGE) {
-			if size, err = s.Listxattr(src, nil); err != nil {
+			if size, err = unix.Listxattr(sp, nil); err != nil {
 				return fmt.Errorf("list xattrs of %s: %w", src, err)
 			}
 			size += 256 // it may grow between the calls
@@ -60,37 +77,49 @@ func (s *Store) copyXattrs(src, dst string) error {
 		if name == "" || name == inoXattr {
 			continue
 		}
-		val, err := s.getXattr(src, name)
+		val, err := getXattr(sp, name)
 		if errors.Is(err, unix.ENODATA) {
 			continue // removed since the listing
 		}
 		if err != nil {
 			return fmt.Errorf("read xattr %s of %s: %w", name, src, err)
 		}
-		if err := s.Setxattr(dst, name, val, 0); err != nil {
+		if err := unix.Setxattr(dp, name, val, 0); err != nil {
 			return fmt.Errorf("copy xattr %s to %s: %w", name, dst, err)
 		}
 	}
 	return nil
 }
 
-// getXattr reads one extended attribute whole.
-func (s *Store) getXattr(path, name string) ([]byte, error) {
+// getXattr reads one extended attribute whole from the /proc path p.
+func getXattr(p, name string) ([]byte, error) {
+	val := make([]byte, 256)
 	for {
-		sz, err := s.Getxattr(path, name, nil)
-		if err != nil {
-			return nil, err
-		}
-		val := make([]byte, sz+64)
-		n, err := s.Getxattr(path, name, val)
+		n, err := unix.Getxattr(p, name, val)
 		if errors.Is(err, unix.ERANGE) {
-			continue // it grew
+			sz, err := unix.Getxattr(p, name, nil)
+			if err != nil {
+				return nil, err
+			}
+			val = make([]byte, sz+64) // it may grow between the calls
+			continue
 		}
 		if err != nil {
 			return nil, err
 		}
 		return val[:n], nil
 	}
+}
+
+// getXattr reads one extended attribute of a real path whole.
+func (s *Store) getXattr(real, name string) ([]byte, error) {
+	var val []byte
+	err := s.viaProc(real, func(p string) error {
+		var err error
+		val, err = getXattr(p, name)
+		return err
+	})
+	return val, err
 }
 
 // copyNode copies one file system object (not a directory's children) from
