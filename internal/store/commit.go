@@ -460,39 +460,14 @@ func (s *Store) apply(ops []op, durable bool) (moved [][2]string, err error) {
 				return moved, err
 			}
 		case "replace":
-			var st unix.Stat_t
-			if err := s.Lstat(o.Src, &st); err != nil {
-				if os.IsNotExist(err) {
-					continue // moved already
-				}
+			done, err := s.replace(o.Src, dst, durable)
+			if err != nil {
 				return moved, err
 			}
-			var dt unix.Stat_t
-			if err := s.Lstat(dst, &dt); err == nil && dt.Mode&unix.S_IFMT == unix.S_IFDIR {
-				if err := s.removeAll(dst); err != nil {
-					return moved, err
-				}
-			}
-			s.Removexattr(o.Src, inoXattr)
-			if err := s.rename(o.Src, dst, 0); err != nil {
-				if !errors.Is(err, syscall.EXDEV) {
-					return moved, err
-				}
-				tmp := dst + ".arbor-commit"
-				s.unlinkPath(tmp)
-				if err := s.copyNode(o.Src, tmp, &st); err != nil {
-					return moved, err
-				}
-				if err := s.rename(tmp, dst, 0); err != nil {
-					return moved, err
-				}
+			if !done {
+				continue // moved already
 			}
 			moved = append(moved, [2]string{o.Src, dst})
-			if durable && st.Mode&unix.S_IFMT == unix.S_IFREG {
-				if err := s.Fsync(dst); err != nil {
-					return moved, err
-				}
-			}
 		case "inplace":
 			var st unix.Stat_t
 			if err := s.Lstat(o.Src, &st); err != nil {
@@ -576,6 +551,57 @@ var faultApply func(op) error
 
 // copyInto writes src's data and metadata into the existing file dst, in
 // place (dst keeps its inode, so every name of it sees the change).
+// replace moves the layer's file src over the base's dst (a directory
+// there goes first), both walked once to their parents, and reports
+// whether it moved it (false: src is gone, moved by an earlier run).
+func (s *Store) replace(src, dst string, durable bool) (done bool, err error) {
+	err = s.inParent(src, func(sdir int, sname string) error {
+		return s.inParent(dst, func(ddir int, dname string) error {
+			var st unix.Stat_t
+			if err := unix.Fstatat(sdir, sname, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				if err == unix.ENOENT {
+					return nil
+				}
+				return err
+			}
+			var dt unix.Stat_t
+			if unix.Fstatat(ddir, dname, &dt, unix.AT_SYMLINK_NOFOLLOW) == nil && dt.Mode&unix.S_IFMT == unix.S_IFDIR {
+				if err := removeAt(ddir, dname); err != nil {
+					return err
+				}
+			}
+			if fd, err := unix.Openat(sdir, sname, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+				unix.Removexattr(procPath(fd), inoXattr)
+				unix.Close(fd)
+			}
+			if err := unix.Renameat2(sdir, sname, ddir, dname, 0); err != nil {
+				if err != unix.EXDEV {
+					return err
+				}
+				tmp := dst + ".arbor-commit"
+				s.unlinkPath(tmp)
+				if err := s.copyNode(src, tmp, &st); err != nil {
+					return err
+				}
+				if err := s.rename(tmp, dst, 0); err != nil {
+					return err
+				}
+			}
+			done = true
+			if !durable || st.Mode&unix.S_IFMT != unix.S_IFREG {
+				return nil
+			}
+			fd, err := unix.Openat(ddir, dname, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			return unix.Fsync(fd)
+		})
+	})
+	return done, err
+}
+
 func (s *Store) copyInto(src, dst string, st *unix.Stat_t, durable bool) error {
 	in, err := s.openFile(src, unix.O_RDONLY)
 	if err != nil {
