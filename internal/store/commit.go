@@ -54,10 +54,14 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 	}
 	s.mu.Lock()
 	res, m, err := s.commitLocked(child, durable)
+	if m != nil {
+		s.applies.Add(1)
+	}
 	s.mu.Unlock()
 	if err != nil || m == nil {
 		return res, err
 	}
+	defer s.applies.Done()
 	return res, s.applyMain(m, durable)
 }
 

@@ -78,7 +78,10 @@
 // passthrough writer is never slowed, and the daemon serves writers itself
 // only near the limit, where being exact matters.
 //
-// Sharp edges. Names beginning ".wh." cannot be created (EINVAL). Renaming a
+// Sharp edges. The walk beneath the base stops symlinks, not hard links: on
+// a host with fs.protected_hardlinks=0 a base's owner can link a file of
+// root's into the base, and the store then serves and writes that inode.
+// Names beginning ".wh." cannot be created (EINVAL). Renaming a
 // directory that came from a lower layer copies its subtree up (overlayfs
 // would need redirect_dir). Writes made to the base directory behind Arbor's
 // back while it is mounted are not isolated. A hard link in a lower layer is

@@ -74,6 +74,7 @@ type Store struct {
 	// applying: pending is being applied without the lock (applyMain);
 	// another Commit of its child waits its turn with ErrBusy.
 	applying bool
+	applies  sync.WaitGroup // applyMain in flight: Close waits for it
 }
 
 // Branch is one branch. Its fields are guarded by Store.mu.
@@ -211,6 +212,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stopSampler)
 		s.sampling.Wait()
+		s.applies.Wait()
 		s.gc.Wait()
 		err = s.db.Close()
 		unix.Close(s.dirFd)
