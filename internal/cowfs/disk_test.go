@@ -11,16 +11,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestDiskPassthroughCounted: with room under the store's limit a writer is
-// served by passthrough (its writes reach no request) and its bytes are
-// still counted within a second, while it holds the file open.
-func TestDiskPassthroughCounted(t *testing.T) {
+// TestDiskWriterNoOvershoot: a writer opened while the store has plenty
+// of room under its limit is served by the daemon, not by passthrough (a
+// passthrough writer opened so wrote 300 MB into a 100 MB budget): writing
+// three times the limit through it fails with ENOSPC at the limit, and the
+// store never holds more than its limit.
+func TestDiskWriterNoOvershoot(t *testing.T) {
 	st := newStore(t, nil)
 	f, mnt := mountStore(t, st, "", 0)
-	if !f.Passthrough() {
-		t.Skip("no FUSE passthrough (not root)")
-	}
-	if err := st.SetLimit(1 << 30); err != nil {
+	const limit = 100 << 20
+	if err := st.SetLimit(limit); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Create("b", "", 0); err != nil {
@@ -32,26 +32,29 @@ func TestDiskPassthroughCounted(t *testing.T) {
 	}
 	defer w.Close()
 	_, served := f.Served()
-	if _, err := w.Write(make([]byte, 4<<20)); err != nil {
-		t.Fatal(err)
-	}
-	if _, now := f.Served(); now != served {
-		t.Fatalf("%d writes reached the daemon: the writer is not passthrough", now-served)
-	}
-	start := time.Now()
-	for {
-		if used, _ := st.Used(); used >= 4<<20 {
-			if held := st.Held()["b"]; held != used {
-				t.Fatalf("b holds %d of %d bytes", held, used)
-			}
+	chunk := bytes.Repeat([]byte("x"), 1<<20)
+	written := 0
+	var werr error
+	for written < 3*limit {
+		var n int
+		n, werr = w.Write(chunk)
+		written += n
+		if werr != nil {
 			break
 		}
-		if time.Since(start) > 1500*time.Millisecond {
-			used, _ := st.Used()
-			t.Fatalf("%v after a 4 MiB passthrough write the store counts %d bytes", time.Since(start), used)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	if !errors.Is(werr, unix.ENOSPC) {
+		t.Fatalf("wrote %d bytes into a %d-byte limit: %v, want ENOSPC", written, limit, werr)
+	}
+	if _, now := f.Served(); now == served {
+		t.Fatalf("no write reached the daemon: the writer is passthrough")
+	}
+	w.Close()
+	time.Sleep(50 * time.Millisecond)
+	if used, _ := st.Used(); used > limit || written > limit {
+		t.Fatalf("wrote %d bytes, the store holds %d, past its limit of %d", written, used, limit)
+	}
+	t.Logf("wrote %d of %d bytes before ENOSPC", written, 3*limit)
 }
 
 // TestDiskLimitWrites: near the limit a writer is served by the daemon; a

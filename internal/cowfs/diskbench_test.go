@@ -12,10 +12,10 @@ import (
 
 // BenchmarkWrite4k is fsbench's write-4k in a branch (4 KiB writes to new
 // files, 16 MiB each, no fsync; the file before last is removed off the
-// clock), per write: with no store limit; under a
-// limit with room (a tree's default budget: its writers are passthrough
-// still); and near the limit, where every write is served and checked by
-// the daemon.
+// clock), per write: with no store limit (passthrough); under a limit
+// with room (a tree's default budget) and near the limit, where every
+// write is served and checked by the daemon (a passthrough writer could
+// not be stopped at the limit).
 func BenchmarkWrite4k(b *testing.B) {
 	for _, tc := range []struct {
 		name  string

@@ -319,10 +319,12 @@ func (f *FS) openFlags(h *handle) uint32 {
 
 // newHandle makes the handle of a descriptor fd opened on real for node n
 // of branch b. A branch with a quota is served without passthrough, so that
-// its writes are counted. A descriptor opened for writing gets passthrough
-// only while the store's limit has room (store.WritePassthrough); closer to
-// it, its writes are served here and refused with ENOSPC before they pass
-// the limit. Such a descriptor is served with FOPEN_DIRECT_IO: the kernel
+// its writes are counted. A descriptor opened for writing in a branch whose
+// store has a limit never gets passthrough (store.Metered): a passthrough
+// writer opened while there was room wrote on past the limit unseen (300 MB
+// into a 100 MB budget), so every write is served here and refused with
+// ENOSPC before it passes the limit. A reader gets passthrough while the
+// limit has room (store.WritePassthrough). A served writer is direct: the kernel
 // does not let one inode mix passthrough descriptors with page-cached ones
 // (an open of the other kind fails with ETXTBSY), and direct I/O is neither;
 // but a shared mapping of a direct descriptor puts the inode in cached mode,
@@ -334,6 +336,8 @@ func (f *FS) newHandle(fd int, n *node, b *store.Branch, real string, write bool
 	switch {
 	case !f.passthrough:
 	case quota:
+	case write && f.st.Metered(b):
+		h.direct = true
 	case f.st.WritePassthrough(b):
 		h.passthrough = true
 	default:
@@ -754,7 +758,7 @@ func (f *FS) viewInode(ctx context.Context, parent *node, name string, out *fuse
 		return nil, syscall.ENOENT
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(f.st.Base(), &st); err != nil {
+	if err := f.st.Lstat(f.st.Base(), &st); err != nil {
 		return nil, errno(err)
 	}
 	v := &node{fs: f, br: b, at: true}
@@ -793,7 +797,7 @@ func (f *FS) attrOf(b *store.Branch, rel string, out *fuse.AttrOut) syscall.Errn
 		return errno(err)
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(res.Real, &st); err != nil {
+	if err := f.st.Lstat(res.Real, &st); err != nil {
 		return errno(err)
 	}
 	out.Attr.FromStat(sysStat(&st))

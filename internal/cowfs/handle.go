@@ -197,7 +197,7 @@ func (h *handle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.Attr
 	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
 		killPriv(h.fd)
 	}
-	if errno := setattrPath(ctx, "/proc/self/fd/"+itoa(h.fd), in, false); errno != 0 {
+	if errno := setattrFd(h.fd, in); errno != 0 {
 		return errno
 	}
 	if !h.n.isGone() {

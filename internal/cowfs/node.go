@@ -337,7 +337,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 			// stale branch, stays reachable, so that its control file can
 			// abort it (or switch away) and the @name views still answer:
 			// it shows as the base directory. Its files answer ESTALE.
-			if err := unix.Lstat(n.fs.st.Base(), &st); err != nil {
+			if err := n.fs.st.Lstat(n.fs.st.Base(), &st); err != nil {
 				return errno(err)
 			}
 			out.Attr.FromStat(sysStat(&st))
@@ -376,7 +376,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if sz, ok := in.GetSize(); ok {
 		var st unix.Stat_t
-		if err := unix.Lstat(res.Real, &st); err == nil && int64(sz) > st.Size {
+		if err := n.fs.st.Lstat(res.Real, &st); err == nil && int64(sz) > st.Size {
 			if err := n.fs.st.Grow(b, int64(sz)-st.Size); err != nil {
 				return errno(err)
 			}
@@ -387,20 +387,20 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return errno(err)
 	}
 	if sz, ok := in.GetSize(); ok {
-		err := unix.Truncate(real, int64(sz))
+		err := n.fs.st.Truncate(real, int64(sz))
 		n.fs.st.Measure(real) // a truncation allocates nothing; a shrink frees
 		if err != nil {
 			return errno(err)
 		}
 	}
-	if e := setattrPath(ctx, real, in, true); e != 0 {
+	if e := n.fs.setattrPath(real, in); e != 0 {
 		return e
 	}
 	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
 		var st unix.Stat_t
-		if unix.Lstat(real, &st) == nil {
+		if n.fs.st.Lstat(real, &st) == nil {
 			if m, kill := privKilled(&st); kill {
-				unix.Chmod(real, m)
+				n.fs.st.Chmod(real, m)
 			}
 		}
 	}
@@ -408,10 +408,29 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	return n.Getattr(ctx, nil, out)
 }
 
-// setattrPath applies mode, owner and times (not size) to a real path.
-func setattrPath(ctx context.Context, real string, in *fuse.SetAttrIn, nofollow bool) syscall.Errno {
+// setattrPath applies mode, owner and times (not size) to a real path,
+// walked by the store with no symlink followed (a symlink's own owner and
+// times; its mode is EOPNOTSUPP).
+func (f *FS) setattrPath(real string, in *fuse.SetAttrIn) syscall.Errno {
+	return setattr(in, func(m uint32) error { return f.st.Chmod(real, m) },
+		func(u, g int) error { return f.st.Chown(real, u, g) },
+		func(ts []unix.Timespec) error { return f.st.Utimes(real, ts) })
+}
+
+// setattrFd applies mode, owner and times (not size) through an open
+// descriptor of a regular file.
+func setattrFd(fd int, in *fuse.SetAttrIn) syscall.Errno {
+	return setattr(in, func(m uint32) error { return unix.Fchmod(fd, m) },
+		func(u, g int) error { return unix.Fchown(fd, u, g) },
+		func(ts []unix.Timespec) error {
+			return unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+itoa(fd), ts, 0)
+		})
+}
+
+// setattr applies what in sets of mode, owner and times with the calls given.
+func setattr(in *fuse.SetAttrIn, chmod func(uint32) error, chown func(u, g int) error, utimes func([]unix.Timespec) error) syscall.Errno {
 	if m, ok := in.GetMode(); ok {
-		if err := unix.Chmod(real, m&07777); err != nil {
+		if err := chmod(m & 07777); err != nil {
 			return errno(err)
 		}
 	}
@@ -425,7 +444,7 @@ func setattrPath(ctx context.Context, real string, in *fuse.SetAttrIn, nofollow 
 		if gok {
 			g = int(gid)
 		}
-		if err := unix.Lchown(real, u, g); err != nil {
+		if err := chown(u, g); err != nil {
 			return errno(err)
 		}
 	}
@@ -445,15 +464,23 @@ func setattrPath(ctx context.Context, real string, in *fuse.SetAttrIn, nofollow 
 		if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
 			ts[1] = unix.Timespec{Nsec: unix.UTIME_NOW}
 		}
-		flags := 0
-		if nofollow {
-			flags = unix.AT_SYMLINK_NOFOLLOW
-		}
-		if err := unix.UtimesNanoAt(unix.AT_FDCWD, real, ts, flags); err != nil {
+		if err := utimes(ts); err != nil {
 			return errno(err)
 		}
 	}
 	return 0
+}
+
+// ownFd gives a file just created through fd (at real) the caller's uid
+// and gid, or its parent's gid if the parent is setgid (see owner).
+func (f *FS) ownFd(ctx context.Context, fd int, real string) {
+	c, _ := fuse.FromContext(ctx)
+	gid := int(c.Gid)
+	var pst unix.Stat_t
+	if f.st.Lstat(real[:strings.LastIndexByte(real, '/')], &pst) == nil && pst.Mode&unix.S_IFMT == unix.S_IFDIR && pst.Mode&unix.S_ISGID != 0 {
+		gid = int(pst.Gid)
+	}
+	unix.Fchown(fd, int(c.Uid), gid)
 }
 
 const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC
@@ -512,9 +539,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	return h, n.fs.openFlags(h), 0
 }
 
-// owner gives a new object the caller's uid and gid (the daemon runs as
-// root; the kernel checked the caller's permissions already).
-func owner(ctx context.Context, real string, parentReal string) {
+// owner gives a new object, name in the directory descriptor dir, the
+// caller's uid and gid (the daemon runs as root; the kernel checked the
+// caller's permissions already).
+func owner(ctx context.Context, dir int, name string) {
 	c, ok := fuse.FromContext(ctx)
 	if !ok || os.Geteuid() != 0 {
 		return
@@ -526,14 +554,15 @@ func owner(ctx context.Context, real string, parentReal string) {
 	}
 	gid := int(c.Gid)
 	var pst unix.Stat_t
-	if unix.Stat(parentReal, &pst) == nil && pst.Mode&unix.S_ISGID != 0 {
+	if unix.Fstat(dir, &pst) == nil && pst.Mode&unix.S_ISGID != 0 {
 		gid = int(pst.Gid)
 	}
-	unix.Lchown(real, int(c.Uid), gid)
+	unix.Fchownat(dir, name, int(c.Uid), gid, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// make creates name under n with mk and looks it up.
-func (n *node) make(ctx context.Context, name string, dir bool, mk func(real string) error, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+// make creates name under n with mk (name in the directory descriptor the
+// store opened for it) and looks it up.
+func (n *node) make(ctx context.Context, name string, dir bool, mk func(dir int, name string) error, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if &n.Inode == n.root && (name == ctlName || strings.HasPrefix(name, "@")) {
 		return nil, syscall.EPERM
 	}
@@ -543,15 +572,13 @@ func (n *node) make(ctx context.Context, name string, dir bool, mk func(real str
 	}
 	prel := n.rel()
 	rel := join(prel, name)
-	var made string
-	err = n.fs.st.Create(b, rel, dir, func(real string) error {
-		if err := mk(real); err != nil {
+	var st unix.Stat_t
+	err = n.fs.st.Create(b, rel, dir, func(dir int, name string) error {
+		if err := mk(dir, name); err != nil {
 			return err
 		}
-		made = real
-		d := real[:strings.LastIndexByte(real, '/')]
-		owner(ctx, real, d)
-		return nil
+		owner(ctx, dir, name)
+		return unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 	})
 	if err != nil {
 		return nil, errno(err)
@@ -561,10 +588,6 @@ func (n *node) make(ctx context.Context, name string, dir bool, mk func(real str
 		return nil, errno(err)
 	}
 	n.changed(b, rel, true)
-	var st unix.Stat_t
-	if err := unix.Lstat(made, &st); err != nil {
-		return nil, errno(err)
-	}
 	return n.child(ctx, name, res, &st, out), 0
 }
 
@@ -584,7 +607,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	real := made.Real
 	write := int(flags)&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0
 	n.changed(b, rel, true)
-	owner(ctx, real, real[:strings.LastIndexByte(real, '/')])
+	if c, ok := fuse.FromContext(ctx); ok && os.Geteuid() == 0 && (c.Uid != 0 || int(c.Gid) != os.Getegid()) {
+		n.fs.ownFd(ctx, fd, real)
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		n.fs.abandon(fd, real, write)
@@ -606,15 +631,15 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.make(ctx, name, true, func(real string) error { return unix.Mkdir(real, mode) }, out)
+	return n.make(ctx, name, true, func(dir int, name string) error { return unix.Mkdirat(dir, name, mode) }, out)
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.make(ctx, name, false, func(real string) error { return unix.Mknod(real, mode, int(dev)) }, out)
+	return n.make(ctx, name, false, func(dir int, name string) error { return unix.Mknodat(dir, name, mode, int(dev)) }, out)
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.make(ctx, name, false, func(real string) error { return unix.Symlink(target, real) }, out)
+	return n.make(ctx, name, false, func(dir int, name string) error { return unix.Symlinkat(target, dir, name) }, out)
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -656,7 +681,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	}
 	buf := make([]byte, 4096)
 	for {
-		sz, err := unix.Readlink(res.Real, buf)
+		sz, err := n.fs.st.Readlink(res.Real, buf)
 		if err != nil {
 			return nil, errno(err)
 		}
@@ -819,7 +844,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if e != 0 {
 		return 0, e
 	}
-	sz, err := unix.Lgetxattr(res.Real, attr, dest)
+	sz, err := n.fs.st.Getxattr(res.Real, attr, dest)
 	return uint32(sz), errno(err)
 }
 
@@ -842,10 +867,10 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if err != nil {
 		return errno(err)
 	}
-	err = unix.Lsetxattr(real, attr, data, int(flags))
+	err = n.fs.st.Setxattr(real, attr, data, int(flags))
 	alloc := int64(-1)
 	var st unix.Stat_t
-	if unix.Lstat(real, &st) == nil {
+	if n.fs.st.Lstat(real, &st) == nil {
 		alloc = st.Blocks * 512
 	}
 	n.fs.st.Settle(real, reserved, alloc)
@@ -864,14 +889,14 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if e != 0 {
 		return e
 	}
-	if _, err := unix.Lgetxattr(res.Real, attr, nil); err != nil {
+	if _, err := n.fs.st.Getxattr(res.Real, attr, nil); err != nil {
 		return errno(err)
 	}
 	real, err := n.fs.st.CopyUp(b, rel)
 	if err != nil {
 		return errno(err)
 	}
-	if err := unix.Lremovexattr(real, attr); err != nil {
+	if err := n.fs.st.Removexattr(real, attr); err != nil {
 		return errno(err)
 	}
 	n.fs.st.Measure(real) // it may free a block
@@ -884,12 +909,12 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	if e != 0 {
 		return 0, e
 	}
-	sz, err := unix.Llistxattr(res.Real, nil)
+	sz, err := n.fs.st.Listxattr(res.Real, nil)
 	if err != nil {
 		return 0, errno(err)
 	}
 	buf := make([]byte, sz)
-	if sz, err = unix.Llistxattr(res.Real, buf); err != nil {
+	if sz, err = n.fs.st.Listxattr(res.Real, buf); err != nil {
 		return 0, errno(err)
 	}
 	var out []byte
@@ -909,7 +934,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	var st unix.Statfs_t
-	if err := unix.Statfs(n.fs.st.Base(), &st); err != nil {
+	if err := n.fs.st.Statfs(&st); err != nil {
 		return errno(err)
 	}
 	out.FromStatfsT((*syscall.Statfs_t)(unsafe.Pointer(&st)))
@@ -924,12 +949,7 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 	if e != 0 {
 		return e
 	}
-	fd, err := unix.Open(res.Real, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return errno(err)
-	}
-	defer unix.Close(fd)
-	return errno(unix.Fsync(fd))
+	return errno(n.fs.st.Fsync(res.Real))
 }
 
 func (n *node) Ioctl(ctx context.Context, f fs.FileHandle, cmd uint32, arg uint64, input, output []byte) (int32, syscall.Errno) {

@@ -63,8 +63,8 @@ func serveForTest(raw string) int {
 			return 1
 		}
 		b, _ := st.Branch(name)
-		if err := st.Create(b, fmt.Sprintf("level-%d", i), false, func(real string) error {
-			return os.WriteFile(real, []byte("x"), 0o644)
+		if err := st.Create(b, fmt.Sprintf("level-%d", i), false, func(dir int, name string) error {
+			return os.WriteFile(fmt.Sprintf("/proc/self/fd/%d/%s", dir, name), []byte("x"), 0o644)
 		}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1

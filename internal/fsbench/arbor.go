@@ -305,7 +305,9 @@ func (sv *server) setup(req serveReq) (string, error) {
 		}
 		b, _ := st.Branch(name)
 		rel := fmt.Sprintf(".arbor-level-%d", i)
-		if err := st.Create(b, rel, false, func(real string) error { return os.WriteFile(real, []byte("level"), 0o644) }); err != nil {
+		if err := st.Create(b, rel, false, func(dir int, name string) error {
+			return os.WriteFile(fmt.Sprintf("/proc/self/fd/%d/%s", dir, name), []byte("level"), 0o644)
+		}); err != nil {
 			st.Close()
 			return "", err
 		}

@@ -102,9 +102,9 @@ func TestAbortFastAndReclaimed(t *testing.T) {
 	big := f.br("big")
 	const files = 1000
 	for i := range files {
-		if err := f.s.Create(big, fmt.Sprintf("f%d", i), false, func(real string) error {
+		if err := f.s.Create(big, fmt.Sprintf("f%d", i), false, byPath(func(real string) error {
 			return os.WriteFile(real, []byte("x"), 0o644)
-		}); err != nil {
+		})); err != nil {
 			t.Fatal(err)
 		}
 	}

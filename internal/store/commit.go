@@ -42,19 +42,56 @@ type CommitResult struct {
 // is then kept for the caller to abort. durable makes the commit reach the
 // disk before it returns: the metadata, and for a commit into main its
 // journal and the changed files.
+//
+// A commit into main is decided under the store's lock (planned, journaled,
+// its siblings made stale) and applied to the base without it: lookups and
+// opens go on meanwhile (STYLE.md rule 18). While it is applied main's view
+// changes path by path; the child answers ESTALE (its files are moving into
+// the base: read them in main) and every other branch is stale already.
 func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 	if child == Main {
 		return CommitResult{}, api.Errorf(api.ErrBadRequest, "commit: main has no parent")
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	res, m, err := s.commitLocked(child, durable)
+	if m != nil {
+		s.applies.Add(1)
+	}
+	s.mu.Unlock()
+	if err != nil || m == nil {
+		return res, err
+	}
+	defer s.applies.Done()
+	return res, s.applyMain(m, durable)
+}
+
+// mainCommit is a commit into main decided under the lock, to apply
+// without it.
+type mainCommit struct {
+	c     *Branch
+	ops   []op
+	stale []string
+	sync  bool // the journal is still to be synced (durable)
+}
+
+// commitLocked is Commit under s.mu: a commit into a branch is done; one
+// into main is decided and returned for applyMain.
+func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCommit, error) {
 	s.dirsChanged()
 	c, err := s.branch(child)
 	if err != nil {
-		return CommitResult{}, fmt.Errorf("commit: %w", err)
+		return CommitResult{}, nil, fmt.Errorf("commit: %w", err)
+	}
+	if s.pending != nil && s.pending.Child == child {
+		if s.applying {
+			return CommitResult{}, nil, api.Errorf(api.ErrBusy, "commit %s: it is being applied into main", child)
+		}
+		// Decided before: finish its journal, not a new plan.
+		s.applying = true
+		return CommitResult{Parent: Main}, &mainCommit{c: c, ops: s.pending.Ops, sync: false}, nil
 	}
 	if c.stale {
-		return CommitResult{}, api.Errorf(api.ErrStale, "commit %s: the branch is stale (a sibling committed first); abort it", child)
+		return CommitResult{}, nil, api.Errorf(api.ErrStale, "commit %s: the branch is stale (a sibling committed first); abort it", child)
 	}
 	if len(c.kids) > 0 {
 		// Commit is leaf-only (as in BranchFS and the engine's trees): the
@@ -65,17 +102,20 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 			names[i] = k.Name
 		}
 		sort.Strings(names)
-		return CommitResult{}, fmt.Errorf("%w: %w", api.Errorf(api.ErrState, "commit %s: it has children %s; commit or abort them first (commit is leaf-only)", child, strings.Join(names, ", ")), syscall.EBUSY)
+		return CommitResult{}, nil, fmt.Errorf("%w: %w", api.Errorf(api.ErrState, "commit %s: it has children %s; commit or abort them first (commit is leaf-only)", child, strings.Join(names, ", ")), syscall.EBUSY)
 	}
 	p, err := s.branch(c.Parent)
 	if err != nil {
-		return CommitResult{}, fmt.Errorf("commit %s: parent: %w", child, err)
+		return CommitResult{}, nil, fmt.Errorf("commit %s: parent: %w", child, err)
 	}
 	if p.stale {
-		return CommitResult{}, api.Errorf(api.ErrStale, "commit %s: its parent %s is stale", child, p.Name)
+		return CommitResult{}, nil, api.Errorf(api.ErrStale, "commit %s: its parent %s is stale", child, p.Name)
+	}
+	if err := s.busyMain(p); err != nil {
+		return CommitResult{}, nil, fmt.Errorf("commit %s: %w", child, err)
 	}
 	if s.changedSince(p, c) {
-		return CommitResult{}, api.Errorf(api.ErrStale, "commit %s: %s changed since %s was forked (first commit wins); abort it", child, p.Name, child)
+		return CommitResult{}, nil, api.Errorf(api.ErrStale, "commit %s: %s changed since %s was forked (first commit wins); abort it", child, p.Name, child)
 	}
 	res := CommitResult{Parent: p.Name}
 	var stale []*Branch
@@ -98,7 +138,7 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 			for _, d := range stale {
 				d.stale = false
 			}
-			return CommitResult{}, fmt.Errorf("commit %s: %w", child, err)
+			return CommitResult{}, nil, fmt.Errorf("commit %s: %w", child, err)
 		}
 		c.gone = true
 		s.publishCommit(p.Name, c.Name, ownPaths(c), res.Stale)
@@ -114,46 +154,115 @@ func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
 				s.unlink(c)
 				delete(s.branches, c.Name)
 				s.free(freed)
-				return res, fmt.Errorf("commit %s: sync: %w", child, err)
+				return res, nil, fmt.Errorf("commit %s: sync: %w", child, err)
 			}
 		}
 		s.unlink(c)
 		delete(s.branches, c.Name)
 		s.free(freed)
-		return res, nil
+		return res, nil, nil
 	}
 	ops, err := s.plan(c)
 	if err != nil {
-		return CommitResult{}, fmt.Errorf("commit %s: plan: %w", child, err)
+		return CommitResult{}, nil, fmt.Errorf("commit %s: plan: %w", child, err)
 	}
 	j, err := json.Marshal(journal{Child: c.Name, Ops: ops})
 	if err != nil {
-		return CommitResult{}, err
+		return CommitResult{}, nil, err
 	}
-	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketJournal).Put(keyJournal, j) }); err != nil {
-		return CommitResult{}, fmt.Errorf("commit %s: journal: %w", child, err)
+	// The journal and the siblings' staleness in one transaction: from here
+	// on the commit is decided, and no other branch may read a base that
+	// is half changed.
+	for _, d := range stale {
+		d.stale = true
 	}
-	if durable {
-		if err := s.db.Sync(); err != nil {
-			return CommitResult{}, fmt.Errorf("commit %s: journal sync: %w", child, err)
+	if err := s.save(stale, nil, func(tx *bolt.Tx) error { return tx.Bucket(bucketJournal).Put(keyJournal, j) }); err != nil {
+		for _, d := range stale {
+			d.stale = false
 		}
+		return CommitResult{}, nil, fmt.Errorf("commit %s: journal: %w", child, err)
 	}
-	crashPoint("journaled")
-	// From here on the commit is decided: an error in applying is finished
-	// by the replay at the next Open.
-	if err := s.apply(ops, durable); err != nil {
-		return CommitResult{}, fmt.Errorf("commit %s: apply (finished at next open): %w", child, err)
+	var freed []*layer
+	for _, d := range stale {
+		freed = s.release(d, freed)
+	}
+	s.free(freed)
+	s.pending = &journal{Child: c.Name, Ops: ops}
+	c.committing = true
+	s.applying = true
+	return res, &mainCommit{c: c, ops: ops, stale: res.Stale, sync: durable}, nil
+}
+
+// applyMain applies a decided commit into main to the base, without the
+// store's lock, and records it done under it. A failure leaves it pending
+// (halfDone). The fsyncs (the journal's, the files', the metadata's) are
+// made without the lock too.
+func (s *Store) applyMain(m *mainCommit, durable bool) error {
+	var moved [][2]string
+	err := func() error {
+		if m.sync {
+			if err := s.db.Sync(); err != nil {
+				return fmt.Errorf("journal sync: %w", err)
+			}
+		}
+		crashPoint("journaled")
+		var err error
+		moved, err = s.apply(m.ops, durable)
+		return err
+	}()
+	s.mu.Lock()
+	s.applying = false
+	for _, mv := range moved {
+		s.moveWriters(mv[0], mv[1], false) // a descriptor still open on it writes the base now
+	}
+	if err != nil {
+		err = s.halfDone(m.c, m.ops, err)
+		s.mu.Unlock()
+		return err
 	}
 	crashPoint("applied")
-	if err := s.finishMain(c.Name, durable); err != nil {
-		return CommitResult{}, fmt.Errorf("commit %s: %w", child, err)
+	if err := s.finishMain(m.c.Name); err != nil {
+		err = s.halfDone(m.c, m.ops, err)
+		s.mu.Unlock()
+		return err
 	}
-	paths := make([]string, len(ops))
-	for i, o := range ops {
+	s.pending = nil
+	paths := make([]string, len(m.ops))
+	for i, o := range m.ops {
 		paths[i] = o.Path
 	}
-	s.publishCommit(Main, c.Name, paths, res.Stale)
-	return res, nil
+	s.publishCommit(Main, m.c.Name, paths, m.stale)
+	s.mu.Unlock()
+	if durable {
+		if err := s.db.Sync(); err != nil {
+			return fmt.Errorf("commit %s: sync: %w", m.c.Name, err)
+		}
+	}
+	return nil
+}
+
+// halfDone records that c's decided commit into main did not wholly apply:
+// every step is idempotent and the journal holds them all, so a Commit of
+// c again (or the replay at the next Open) finishes it; until then c
+// refuses changes and abort (its files are the journal's sources), and
+// main forks and commits nothing else. Nothing is lost, and the caller is
+// told.
+func (s *Store) halfDone(c *Branch, ops []op, err error) error {
+	s.pending = &journal{Child: c.Name, Ops: ops}
+	c.committing = true
+	return fmt.Errorf("%w: %w", api.Errorf(api.ErrBusy, "commit %s: decided but half applied (commit %s again to finish it; nothing is lost)", c.Name, c.Name), err)
+}
+
+// busyMain refuses a fork or commit of main while a commit into it is
+// half applied.
+func (s *Store) busyMain(p *Branch) error {
+	if p.committing {
+		return api.Errorf(api.ErrBusy, "%s is being committed into main", p.Name)
+	}
+	if s.pending == nil || p.Name != Main {
+		return nil
+	}
+	return api.Errorf(api.ErrBusy, "the commit of %s into main is half applied; commit %s again to finish it first", s.pending.Child, s.pending.Child)
 }
 
 // ownPaths lists the paths of the layers c made since its fork: what a commit
@@ -173,7 +282,7 @@ func ownPaths(c *Branch) []string {
 
 // finishMain records a commit into main as done: the child is gone, every
 // other branch is stale, the journal is cleared.
-func (s *Store) finishMain(child string, durable bool) error {
+func (s *Store) finishMain(child string) error {
 	m := s.branches[Main]
 	m.gen++
 	var stale []*Branch
@@ -187,12 +296,11 @@ func (s *Store) finishMain(child string, durable bool) error {
 		return tx.Bucket(bucketJournal).Delete(keyJournal)
 	})
 	if err != nil {
-		return err
-	}
-	if durable {
-		if err := s.db.Sync(); err != nil {
-			return err
+		m.gen--
+		for _, b := range stale {
+			b.stale = false
 		}
+		return err
 	}
 	var freed []*layer
 	if c := s.branches[child]; c != nil {
@@ -256,7 +364,7 @@ func (s *Store) plan(c *Branch) ([]op, error) {
 			if p == "" {
 				continue
 			}
-			if _, err := os.Lstat(s.base + "/" + p); err == nil {
+			if s.exists(s.base + "/" + p) {
 				ops = append(ops, op{Kind: "delete", Path: p})
 			}
 			done[p] = true
@@ -279,7 +387,7 @@ func (s *Store) plan(c *Branch) ([]op, error) {
 				for _, e := range ents {
 					keep[e.Name] = true
 				}
-				bents, _ := readDirents(s.base + "/" + p)
+				bents, _ := s.readDirents(s.base + "/" + p)
 				for _, e := range bents {
 					if !keep[e.name] {
 						ops = append(ops, op{Kind: "delete", Path: joinRel(p, e.name)})
@@ -292,7 +400,7 @@ func (s *Store) plan(c *Branch) ([]op, error) {
 				// The copy of a hard-linked base file: write it into the
 				// base's inode, so that all of the base's names see it.
 				var bst unix.Stat_t
-				if unix.Lstat(s.base+"/"+p, &bst) == nil && bst.Ino == res.Ino && bst.Mode&unix.S_IFMT == unix.S_IFREG {
+				if s.Lstat(s.base+"/"+p, &bst) == nil && bst.Ino == res.Ino && bst.Mode&unix.S_IFMT == unix.S_IFREG {
 					kind = "inplace"
 				}
 			}
@@ -303,83 +411,80 @@ func (s *Store) plan(c *Branch) ([]op, error) {
 	return ops, nil
 }
 
-// apply runs the steps against the base directory.
-func (s *Store) apply(ops []op, durable bool) error {
+// apply runs the steps against the base directory. Every path is walked
+// beneath the base's descriptor and the store's (beneath.go), so a
+// directory of the base swapped for a symlink, or exchanged with one by
+// RENAME_EXCHANGE, mid-commit, fails the step (ELOOP) rather than taking a
+// write outside the base.
+//
+// It runs without the store's lock (replayed at Open, with it): the
+// descriptors open for writing that a step moves into the base are
+// returned as (old, new) real paths, for the caller to re-key under the lock.
+func (s *Store) apply(ops []op, durable bool) (moved [][2]string, err error) {
 	dirs := map[string]bool{}
 	for _, o := range ops {
+		if faultApply != nil {
+			if err := faultApply(o); err != nil {
+				return moved, err
+			}
+		}
 		dst := s.base
 		if o.Path != "" {
 			dst += "/" + o.Path
 		}
 		switch o.Kind {
 		case "delete":
-			if err := removeAll(dst); err != nil {
-				return err
+			if err := s.removeAll(dst); err != nil {
+				return moved, err
 			}
 		case "dir":
 			var st unix.Stat_t
-			if err := unix.Lstat(o.Src, &st); err != nil {
+			if err := s.Lstat(o.Src, &st); err != nil {
 				if os.IsNotExist(err) {
 					continue // applied already
 				}
-				return err
+				return moved, err
 			}
 			var dt unix.Stat_t
-			if err := unix.Lstat(dst, &dt); err == nil && dt.Mode&unix.S_IFMT != unix.S_IFDIR {
-				if err := os.Remove(dst); err != nil {
-					return err
+			if err := s.Lstat(dst, &dt); err == nil && dt.Mode&unix.S_IFMT != unix.S_IFDIR {
+				if err := s.unlinkPath(dst); err != nil {
+					return moved, err
 				}
 			}
-			if err := copyMetaDir(o.Src, dst, &st); err != nil {
-				return err
+			if err := s.mkdir(dst, 0o700); err != nil && err != unix.EEXIST {
+				return moved, err
+			}
+			if err := s.Lstat(dst, &dt); err != nil {
+				return moved, err
+			}
+			if dt.Mode&unix.S_IFMT != unix.S_IFDIR {
+				return moved, notType(dst, "a directory", &dt)
+			}
+			if err := s.copyMeta(o.Src, dst, &st); err != nil {
+				return moved, err
 			}
 		case "replace":
-			var st unix.Stat_t
-			if err := unix.Lstat(o.Src, &st); err != nil {
-				if os.IsNotExist(err) {
-					continue // moved already
-				}
-				return err
+			done, err := s.replace(o.Src, dst, durable)
+			if err != nil {
+				return moved, err
 			}
-			var dt unix.Stat_t
-			if err := unix.Lstat(dst, &dt); err == nil && dt.Mode&unix.S_IFMT == unix.S_IFDIR {
-				if err := removeAll(dst); err != nil {
-					return err
-				}
+			if !done {
+				continue // moved already
 			}
-			unix.Lremovexattr(o.Src, inoXattr)
-			if err := os.Rename(o.Src, dst); err != nil {
-				if !errors.Is(err, syscall.EXDEV) {
-					return err
-				}
-				tmp := dst + ".arbor-commit"
-				os.Remove(tmp)
-				if err := copyNode(o.Src, tmp, &st); err != nil {
-					return err
-				}
-				if err := os.Rename(tmp, dst); err != nil {
-					return err
-				}
-			}
-			s.moveWriters(o.Src, dst, false) // a descriptor still open on it writes the base now
-			if durable && st.Mode&unix.S_IFMT == unix.S_IFREG {
-				if err := fsyncPath(dst); err != nil {
-					return err
-				}
-			}
+			moved = append(moved, [2]string{o.Src, dst})
 		case "inplace":
 			var st unix.Stat_t
-			if err := unix.Lstat(o.Src, &st); err != nil {
+			if err := s.Lstat(o.Src, &st); err != nil {
 				if os.IsNotExist(err) {
 					continue // written and removed already
 				}
-				return err
+				return moved, err
 			}
-			if err := copyInto(o.Src, dst, &st, durable); err != nil {
-				return err
+			if err := s.copyInto(o.Src, dst, &st, durable); err != nil {
+				return moved, err
 			}
-			if err := os.Remove(o.Src); err != nil && !os.IsNotExist(err) {
-				return err
+			if err := s.unlinkPath(o.Src); err != nil && !os.IsNotExist(err) {
+				return moved, err
 			}
 		}
 		d, _ := splitRel(o.Path)
@@ -387,28 +492,12 @@ func (s *Store) apply(ops []op, durable bool) error {
 	}
 	if durable {
 		for d := range dirs {
-			if err := fsyncPath(joinRel(s.base, d)); err != nil {
-				return err
+			if err := s.Fsync(joinRel(s.base, d)); err != nil {
+				return moved, err
 			}
 		}
 	}
-	return nil
-}
-
-func copyMetaDir(src, dst string, st *unix.Stat_t) error {
-	if err := unix.Mkdir(dst, 0o700); err != nil && err != unix.EEXIST {
-		return err
-	}
-	return copyMeta(src, dst, st)
-}
-
-func fsyncPath(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
+	return moved, nil
 }
 
 // replayJournal finishes a commit into main that a crash cut short.
@@ -429,10 +518,24 @@ func (s *Store) replayJournal() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.log.Info("replaying an interrupted commit", "child", j.Child, "ops", len(j.Ops))
-	if err := s.apply(j.Ops, true); err != nil {
-		return fmt.Errorf("store: replay commit of %s: %w", j.Child, err)
+	moved, err := s.apply(j.Ops, true)
+	for _, mv := range moved {
+		s.moveWriters(mv[0], mv[1], false)
 	}
-	return s.finishMain(j.Child, true)
+	if err != nil {
+		c := s.branches[j.Child]
+		if c == nil {
+			return fmt.Errorf("store: replay commit of %s: %w", j.Child, err)
+		}
+		// Left pending: a Commit of the child again finishes it.
+		s.log.Warn("an interrupted commit into main is still half applied; commit its branch again to finish it",
+			"child", j.Child, "err", s.halfDone(c, j.Ops, err))
+		return nil
+	}
+	if err := s.finishMain(j.Child); err != nil {
+		return err
+	}
+	return s.db.Sync()
 }
 
 // crashPoint lets the crash tests kill the process at a named point of a
@@ -446,27 +549,82 @@ func crashPoint(name string) {
 
 var crashAt = os.Getenv("ARBOR_STORE_CRASH")
 
+// faultApply, set by tests only, fails a step of apply (a refused rename,
+// a full disk) before it runs.
+var faultApply func(op) error
+
 // copyInto writes src's data and metadata into the existing file dst, in
 // place (dst keeps its inode, so every name of it sees the change).
-func copyInto(src, dst string, st *unix.Stat_t, durable bool) error {
-	in, err := os.Open(src)
+// replace moves the layer's file src over the base's dst (a directory
+// there goes first), both walked once to their parents, and reports
+// whether it moved it (false: src is gone, moved by an earlier run).
+func (s *Store) replace(src, dst string, durable bool) (done bool, err error) {
+	err = s.inParent(src, func(sdir int, sname string) error {
+		return s.inParent(dst, func(ddir int, dname string) error {
+			var st unix.Stat_t
+			if err := unix.Fstatat(sdir, sname, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				if err == unix.ENOENT {
+					return nil
+				}
+				return err
+			}
+			var dt unix.Stat_t
+			if unix.Fstatat(ddir, dname, &dt, unix.AT_SYMLINK_NOFOLLOW) == nil && dt.Mode&unix.S_IFMT == unix.S_IFDIR {
+				if err := removeAt(ddir, dname); err != nil {
+					return err
+				}
+			}
+			if fd, err := unix.Openat(sdir, sname, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+				unix.Removexattr(procPath(fd), inoXattr)
+				unix.Close(fd)
+			}
+			if err := unix.Renameat2(sdir, sname, ddir, dname, 0); err != nil {
+				if err != unix.EXDEV {
+					return err
+				}
+				tmp := dst + ".arbor-commit"
+				s.unlinkPath(tmp)
+				if err := s.copyNode(src, tmp, &st); err != nil {
+					return err
+				}
+				if err := s.rename(tmp, dst, 0); err != nil {
+					return err
+				}
+			}
+			done = true
+			if !durable || st.Mode&unix.S_IFMT != unix.S_IFREG {
+				return nil
+			}
+			fd, err := unix.Openat(ddir, dname, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			return unix.Fsync(fd)
+		})
+	})
+	return done, err
+}
+
+func (s *Store) copyInto(src, dst string, st *unix.Stat_t, durable bool) error {
+	in, err := s.openFile(src, unix.O_RDONLY)
 	if err != nil {
 		return err
 	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_TRUNC, 0)
+	defer unix.Close(in)
+	out, err := s.openFile(dst, unix.O_WRONLY|unix.O_TRUNC)
 	if err != nil {
 		return err
 	}
-	err = copyExtents(int(in.Fd()), int(out.Fd()))
+	err = copyExtents(in, out)
 	if err == nil && durable {
-		err = out.Sync()
+		err = unix.Fsync(out)
 	}
-	if cerr := out.Close(); err == nil {
+	if cerr := unix.Close(out); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return err
 	}
-	return copyMeta(src, dst, st)
+	return s.copyMeta(src, dst, st)
 }

@@ -107,7 +107,7 @@ func TestFirstCommitWins(t *testing.T) {
 // staleOps checks that every path operation on b fails with ESTALE.
 func staleOps(t *testing.T, s *Store, b *Branch) {
 	t.Helper()
-	mk := func(real string) error { t.Errorf("%s: mk called on a stale branch", b.Name); return nil }
+	mk := func(int, string) error { t.Errorf("%s: mk called on a stale branch", b.Name); return nil }
 	ops := map[string]func() error{
 		"resolve": func() error { _, err := s.Resolve(b, "a"); return err },
 		"readdir": func() error { _, err := s.ReadDir(b, ""); return err },
@@ -283,13 +283,13 @@ func TestRequestErrors(t *testing.T) {
 	}
 	// Reserved names inside a branch.
 	c := f.br("c")
-	if err := f.s.Create(c, ".wh.x", false, func(string) error { return nil }); !errors.Is(err, syscall.EINVAL) {
+	if err := f.s.Create(c, ".wh.x", false, func(int, string) error { return nil }); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("create .wh.x = %v, want EINVAL", err)
 	}
-	if err := f.s.Create(c, "a", false, func(string) error { return nil }); !errors.Is(err, syscall.EEXIST) {
+	if err := f.s.Create(c, "a", false, func(int, string) error { return nil }); !errors.Is(err, syscall.EEXIST) {
 		t.Errorf("create over a = %v, want EEXIST", err)
 	}
-	if err := f.s.Create(c, "a/x", false, func(string) error { return nil }); !errors.Is(err, syscall.ENOTDIR) {
+	if err := f.s.Create(c, "a/x", false, func(int, string) error { return nil }); !errors.Is(err, syscall.ENOTDIR) {
 		t.Errorf("create under a file = %v, want ENOTDIR", err)
 	}
 }

@@ -12,34 +12,53 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Every path here is a real path the store made, walked beneath its root
+// (beneath.go): a copy never reads through, nor writes through, a symlink.
+
 // copyMeta gives dst (already made) src's mode, owner, times and xattrs.
-func copyMeta(src, dst string, st *unix.Stat_t) error {
-	isLink := st.Mode&unix.S_IFMT == unix.S_IFLNK
-	if err := unix.Lchown(dst, int(st.Uid), int(st.Gid)); err != nil && !errors.Is(err, unix.EPERM) {
+// Both are opened once (O_PATH, no symlink followed) and every call goes
+// through those descriptors.
+func (s *Store) copyMeta(src, dst string, st *unix.Stat_t) error {
+	sfd, err := s.open(src, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
 		return err
 	}
-	if !isLink {
-		if err := unix.Chmod(dst, st.Mode&07777); err != nil {
+	defer unix.Close(sfd)
+	dfd, err := s.open(dst, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	sp, dp := procPath(sfd), procPath(dfd)
+	if err := unix.Fchownat(dfd, "", int(st.Uid), int(st.Gid), unix.AT_EMPTY_PATH); err != nil && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+		if err := unix.Chmod(dp, st.Mode&07777); err != nil {
 			return err
 		}
 	}
-	if err := copyXattrs(src, dst); err != nil {
+	if err := copyXattrs(sp, dp, src, dst); err != nil {
 		return err
 	}
-	ts := []unix.Timespec{st.Atim, st.Mtim}
-	return unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW)
+	return unix.UtimesNanoAt(unix.AT_FDCWD, dp, []unix.Timespec{st.Atim, st.Mtim}, 0)
 }
 
-// copyXattrs copies src's extended attributes to dst (the store's own
-// inode attribute aside). A failure is returned, never skipped: an xattr
-// lost at copy-up is data lost.
-func copyXattrs(src, dst string) error {
+// procPath is the path of descriptor fd: /proc/self/fd/N reaches its inode
+// itself, a symlink's included, whatever its name names by then.
+func procPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// copyXattrs copies the extended attributes of the object at the /proc
+// path sp to the one at dp (the store's own inode attribute aside); src
+// and dst name them in errors. A failure is returned, never skipped: an
+// xattr lost at copy-up is data lost.
+func copyXattrs(sp, dp, src, dst string) error {
 	var names []byte
 	for size := 4096; ; {
 		buf := make([]byte, size)
-		n, err := unix.Llistxattr(src, buf)
+		n, err := unix.Listxattr(sp, buf)
 		if errors.Is(err, unix.ERANGE) {
-			if size, err = unix.Llistxattr(src, nil); err != nil {
+			if size, err = unix.Listxattr(sp, nil); err != nil {
 				return fmt.Errorf("list xattrs of %s: %w", src, err)
 			}
 			size += 256 // it may grow between the calls
@@ -58,31 +77,32 @@ func copyXattrs(src, dst string) error {
 		if name == "" || name == inoXattr {
 			continue
 		}
-		val, err := getXattr(src, name)
+		val, err := getXattr(sp, name)
 		if errors.Is(err, unix.ENODATA) {
 			continue // removed since the listing
 		}
 		if err != nil {
 			return fmt.Errorf("read xattr %s of %s: %w", name, src, err)
 		}
-		if err := unix.Lsetxattr(dst, name, val, 0); err != nil {
+		if err := unix.Setxattr(dp, name, val, 0); err != nil {
 			return fmt.Errorf("copy xattr %s to %s: %w", name, dst, err)
 		}
 	}
 	return nil
 }
 
-// getXattr reads one extended attribute whole.
-func getXattr(path, name string) ([]byte, error) {
+// getXattr reads one extended attribute whole from the /proc path p.
+func getXattr(p, name string) ([]byte, error) {
+	val := make([]byte, 256)
 	for {
-		sz, err := unix.Lgetxattr(path, name, nil)
-		if err != nil {
-			return nil, err
-		}
-		val := make([]byte, sz+64)
-		n, err := unix.Lgetxattr(path, name, val)
+		n, err := unix.Getxattr(p, name, val)
 		if errors.Is(err, unix.ERANGE) {
-			continue // it grew
+			sz, err := unix.Getxattr(p, name, nil)
+			if err != nil {
+				return nil, err
+			}
+			val = make([]byte, sz+64) // it may grow between the calls
+			continue
 		}
 		if err != nil {
 			return nil, err
@@ -91,72 +111,84 @@ func getXattr(path, name string) ([]byte, error) {
 	}
 }
 
+// getXattr reads one extended attribute of a real path whole.
+func (s *Store) getXattr(real, name string) ([]byte, error) {
+	var val []byte
+	err := s.viaProc(real, func(p string) error {
+		var err error
+		val, err = getXattr(p, name)
+		return err
+	})
+	return val, err
+}
+
 // copyNode copies one file system object (not a directory's children) from
 // src to dst, with its metadata. A regular file's data goes by
-// copy_file_range, which reflinks where the filesystem can.
-func copyNode(src, dst string, st *unix.Stat_t) error {
+// copy_file_range, which reflinks where the filesystem can. st is src's
+// lstat: an object of another type found at src now is refused.
+func (s *Store) copyNode(src, dst string, st *unix.Stat_t) error {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
-		if err := unix.Mkdir(dst, 0o700); err != nil && err != unix.EEXIST {
+		if err := s.mkdir(dst, 0o700); err != nil && err != unix.EEXIST {
 			return err
 		}
 	case unix.S_IFLNK:
-		target, err := os.Readlink(src)
+		target, err := s.readlink(src)
 		if err != nil {
 			return err
 		}
-		if err := unix.Symlink(target, dst); err != nil {
+		if err := s.inParent(dst, func(dir int, name string) error { return unix.Symlinkat(target, dir, name) }); err != nil {
 			return err
 		}
 	case unix.S_IFREG:
-		if err := copyData(src, dst); err != nil {
+		if err := s.copyData(src, dst); err != nil {
 			return err
 		}
 	default:
-		if err := unix.Mknod(dst, st.Mode, int(st.Rdev)); err != nil {
+		if err := s.inParent(dst, func(dir int, name string) error { return unix.Mknodat(dir, name, st.Mode, int(st.Rdev)) }); err != nil {
 			return err
 		}
 	}
-	return copyMeta(src, dst, st)
+	return s.copyMeta(src, dst, st)
 }
 
 // copyEmpty makes dst an empty regular file with src's metadata.
-func copyEmpty(src, dst string, st *unix.Stat_t) error {
-	fd, err := unix.Open(dst, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+func (s *Store) copyEmpty(src, dst string, st *unix.Stat_t) error {
+	fd, err := s.open(dst, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
 	unix.Close(fd)
-	if err := copyMeta(src, dst, st); err != nil {
-		os.Remove(dst)
+	if err := s.copyMeta(src, dst, st); err != nil {
+		s.unlinkPath(dst)
 		return err
 	}
 	return nil
 }
 
-func copyData(src, dst string) error {
-	in, err := os.Open(src)
+func (s *Store) copyData(src, dst string) error {
+	in, err := s.openFile(src, unix.O_RDONLY)
 	if err != nil {
 		return err
 	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	defer unix.Close(in)
+	out, err := s.open(dst, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	err = copyExtents(int(in.Fd()), int(out.Fd()))
-	if err2 := out.Close(); err == nil {
+	err = copyExtents(in, out)
+	if err2 := unix.Close(out); err == nil {
 		err = err2
 	}
 	if err != nil {
-		os.Remove(dst)
+		s.unlinkPath(dst)
 	}
 	return err
 }
 
-func setIno(p string, ino uint64) {
+func (s *Store) setIno(p string, ino uint64) {
 	if ino != 0 {
-		unix.Lsetxattr(p, inoXattr, []byte(strconv.FormatUint(ino, 10)), 0)
+		s.Setxattr(p, inoXattr, []byte(strconv.FormatUint(ino, 10)), 0)
 	}
 }
 
@@ -167,34 +199,35 @@ var tmpSeq atomic.Uint64
 // missing, not even after a crash in the middle: the copy is made aside in
 // tmpDir and swapped in with RENAME_EXCHANGE before the original moves. The
 // caller holds Store.mu exclusively.
-func moveOut(tmpDir, src, dst string, st *unix.Stat_t) error {
+func (s *Store) moveOut(src, dst string, st *unix.Stat_t) error {
+	tmpDir := s.tmpDir()
 	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
 		return err
 	}
 	tmp := filepath.Join(tmpDir, fmt.Sprintf("%d-%d", os.Getpid(), tmpSeq.Add(1)))
-	if err := copyNode(src, tmp, st); err != nil {
-		os.Remove(tmp)
+	if err := s.copyNode(src, tmp, st); err != nil {
+		s.removeAll(tmp)
 		return err
 	}
-	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, src, unix.RENAME_EXCHANGE); err != nil {
-		os.Remove(tmp)
+	if err := s.rename(tmp, src, unix.RENAME_EXCHANGE); err != nil {
+		s.removeAll(tmp)
 		if !errors.Is(err, unix.EXDEV) && !errors.Is(err, unix.EINVAL) {
 			return err
 		}
 		// Another filesystem, or no RENAME_EXCHANGE: move, then copy back.
-		if err := os.Rename(src, dst); err != nil {
+		if err := s.rename(src, dst, 0); err != nil {
 			return err
 		}
-		if err := copyNode(dst, src, st); err != nil {
-			os.Rename(dst, src)
+		if err := s.copyNode(dst, src, st); err != nil {
+			s.rename(dst, src, 0)
 			return err
 		}
 		return nil
 	}
 	crashPoint("swapped")
 	// tmp now holds the original inode, src the copy.
-	if err := os.Rename(tmp, dst); err != nil {
-		os.Remove(tmp)
+	if err := s.rename(tmp, dst, 0); err != nil {
+		s.removeAll(tmp)
 		return err
 	}
 	return nil

@@ -16,17 +16,23 @@ type rawDirent struct {
 	typ  uint8
 }
 
-// readDirents lists a directory with getdents64.
-func readDirents(path string) ([]rawDirent, error) {
+// readDirents lists the directory at real (walked beneath its root, no
+// symlink followed) with getdents64.
+func (s *Store) readDirents(real string) ([]rawDirent, error) {
 	// O_NOATIME: listing a directory for a merge must not change what it reports.
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOATIME, 0)
+	fd, err := s.open(real, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOATIME, 0)
 	if err == unix.EPERM {
-		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		fd, err = s.open(real, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	}
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
+	return direntsOf(fd, real)
+}
+
+// direntsOf lists the open directory fd from where its offset is to its end.
+func direntsOf(fd int, path string) ([]rawDirent, error) {
 	var out []rawDirent
 	buf := make([]byte, 32<<10)
 	for {

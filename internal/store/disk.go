@@ -33,16 +33,14 @@ import (
 // a fallocate served by the daemon (Reserve, before the data is written, so
 // that a refused write leaves the file as it was; a truncation allocates
 // nothing and is only measured). Passthrough
-// writes cannot be refused by the daemon, so a descriptor opened for writing
-// is given passthrough only while the store has PassthroughRoom(limit) left
-// (WritePassthrough); closer to the limit every new writer is served by the
-// daemon and checked write by write. A passthrough writer opened while
-// there was room can take the store past its limit by what it writes after
-// the room ran out; the sampler then sees it within SampleEvery, and every
-// further copy-up, create and served write fails with ENOSPC until space is
-// freed. A kernel-enforced limit for those writers (a project quota per
-// store, or a filesystem of the limit's size under the layers) is what would
-// close that gap; doc.go says why the store does without one.
+// writes cannot be refused by the daemon, so under a limit no descriptor
+// opened for writing in a branch gets passthrough (Metered): every write is
+// served by the daemon and checked before it is made. (A passthrough writer
+// opened while there was room once wrote 300 MB into a 100 MB budget: no
+// reservation for it can be enforced once the kernel writes for it.)
+// Readers keep passthrough while the store has PassthroughRoom(limit) left
+// (WritePassthrough). The sampler still measures every writer (main's,
+// which no limit counts, and the descriptors a fork moved).
 
 // dirBlock is what a new directory costs (one block of the usual 4 KiB).
 const dirBlock = 4096
@@ -74,7 +72,7 @@ func (s *Store) measure(l *layer, rel string, k kind) int64 {
 		return 0
 	}
 	var st unix.Stat_t
-	if unix.Lstat(l.real(rel), &st) != nil {
+	if s.Lstat(l.real(rel), &st) != nil {
 		return 0
 	}
 	return st.Blocks * 512
@@ -101,7 +99,7 @@ func (s *Store) setAlloc(l *layer, rel string, n int64) {
 // accountRoot counts (again) layer l's own directory.
 func (s *Store) accountRoot(l *layer) {
 	var st unix.Stat_t
-	if unix.Lstat(l.dir, &st) != nil {
+	if s.Lstat(l.dir, &st) != nil {
 		return
 	}
 	n := st.Blocks * 512
@@ -242,7 +240,7 @@ func (s *Store) Settle(real string, reserved, alloc int64) {
 // the store: a truncation) allocates now.
 func (s *Store) Measure(real string) {
 	var st unix.Stat_t
-	if unix.Lstat(real, &st) != nil {
+	if s.Lstat(real, &st) != nil {
 		return
 	}
 	s.mu.Lock()
@@ -300,7 +298,7 @@ func (s *Store) sample() {
 	allocs := make([]int64, len(paths))
 	for i, p := range paths {
 		var st unix.Stat_t
-		if unix.Lstat(p, &st) != nil {
+		if s.Lstat(p, &st) != nil {
 			allocs[i] = -1
 			continue
 		}

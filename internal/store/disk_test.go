@@ -197,11 +197,11 @@ func TestDiskLimit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reserve of all that is left: %v", err)
 	}
-	if err := f.s.Create(c, "dir", true, func(real string) error { return os.Mkdir(real, 0o755) }); !errors.Is(err, syscall.ENOSPC) {
+	if err := f.s.Create(c, "dir", true, byPath(func(real string) error { return os.Mkdir(real, 0o755) })); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("mkdir while the rest is reserved: %v, want ENOSPC", err)
 	}
 	f.s.Settle(filepath.Join(f.dir, "none"), r, 0)
-	if err := f.s.Create(c, "dir", true, func(real string) error { return os.Mkdir(real, 0o755) }); err != nil {
+	if err := f.s.Create(c, "dir", true, byPath(func(real string) error { return os.Mkdir(real, 0o755) })); err != nil {
 		t.Fatalf("mkdir after the reservation ended: %v", err)
 	}
 	// Passthrough for writers only with room: never under a small limit.
@@ -300,7 +300,7 @@ func TestDiskDirGrowth(t *testing.T) {
 	c := f.br("c")
 	for i := range 300 {
 		name := strings.Repeat("m", 40) + strconv.Itoa(i)
-		if err := f.s.Create(c, name, false, func(real string) error { return touch(real) }); err != nil {
+		if err := f.s.Create(c, name, false, byPath(func(real string) error { return os.WriteFile(real, nil, 0o600) })); err != nil {
 			t.Fatal(err)
 		}
 		f.rm(c, filepath.Join("d", strings.Repeat("n", 40)+strconv.Itoa(i))) // a whiteout in d each

@@ -47,7 +47,22 @@
 //
 // Locking. Store.mu guards the branch table, the layer index and every layer
 // directory: path operations that only read take it shared, every mutation
-// takes it exclusively, so a reader sees a commit all or not at all.
+// takes it exclusively. No long copy and no fsync happens under it: a
+// copy-up of a file of 1 MiB or more copies to a temporary name first and
+// is published under the lock with a rename, if its source is unchanged; a
+// commit into main is decided under the lock (planned, journaled, siblings
+// made stale) and applied to the base without it, then recorded under it.
+// So a branch reader sees a commit into a branch all or not at all; main's
+// view changes path by path while a commit into it applies (every other
+// branch is stale by then, and the child answers ESTALE). A commit into
+// main whose apply fails stays decided: committing the child again finishes
+// it (see Commit).
+//
+// Paths. Every path under the base or a layer is walked from a descriptor
+// with no symlink followed (beneath.go): the daemon runs as root over bases
+// that other users own and change. Open takes an flock on the base's
+// descriptor: one store per base on the host; a second Open fails with
+// api.ErrBusy naming the holder.
 //
 // Disk. The store counts what its layers allocate on disk (st_blocks, as du
 // does) and can be given a limit (a tree's disk budget): see disk.go for
@@ -63,13 +78,14 @@
 // passthrough writer is never slowed, and the daemon serves writers itself
 // only near the limit, where being exact matters.
 //
-// Sharp edges. Names beginning ".wh." cannot be created (EINVAL). Renaming a
+// Sharp edges. The walk beneath the base stops symlinks, not hard links: on
+// a host with fs.protected_hardlinks=0 a base's owner can link a file of
+// root's into the base, and the store then serves and writes that inode.
+// Names beginning ".wh." cannot be created (EINVAL). Renaming a
 // directory that came from a lower layer copies its subtree up (overlayfs
 // would need redirect_dir). Writes made to the base directory behind Arbor's
 // back while it is mounted are not isolated. A hard link in a lower layer is
-// split when one of its names is copied up. A file opened for writing with
-// passthrough while the store had room under its limit is not stopped by
-// it: it is counted within SampleEvery, and only then is everything else
-// refused. A file with several names in a layer (or preserved into several
+// split when one of its names is copied up. Under a limit, writers are served by
+// the daemon (no passthrough), which costs them the FUSE write path. A file with several names in a layer (or preserved into several
 // snapshots as links) is counted once for each name.
 package store

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -123,7 +124,7 @@ func writeErr(s *Store, b *Branch, rel, data string) error {
 		}
 		return os.WriteFile(p, []byte(data), 0o644)
 	}
-	return s.Create(b, rel, false, func(real string) error {
+	return s.Create(b, rel, false, byPath(func(real string) error {
 		fd, err := os.OpenFile(real, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		if err != nil {
 			return err
@@ -133,7 +134,13 @@ func writeErr(s *Store, b *Branch, rel, data string) error {
 			err = err2
 		}
 		return err
-	})
+	}))
+}
+
+// byPath adapts a test's maker of a real path to Create's (a directory
+// descriptor and a name): the tests trust their own temporary directories.
+func byPath(mk func(real string) error) func(dir int, name string) error {
+	return func(dir int, name string) error { return mk(fmt.Sprintf("/proc/self/fd/%d/%s", dir, name)) }
 }
 
 func mkdirErr(s *Store, b *Branch, rel string) error {
@@ -144,7 +151,7 @@ func mkdirErr(s *Store, b *Branch, rel string) error {
 			}
 		}
 	}
-	return s.Create(b, rel, true, func(real string) error { return os.Mkdir(real, 0o755) })
+	return s.Create(b, rel, true, byPath(func(real string) error { return os.Mkdir(real, 0o755) }))
 }
 
 func (f *fixture) mkdir(b *Branch, rel string) {

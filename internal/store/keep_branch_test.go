@@ -30,7 +30,7 @@ func TestForkOfBranchFailsKeep(t *testing.T) {
 	}
 	a, _ := s.Branch("a")
 	big := make([]byte, 2<<20)
-	if err := s.Create(a, "big", false, func(real string) error { return os.WriteFile(real, big, 0o644) }); err != nil {
+	if err := s.Create(a, "big", false, byPath(func(real string) error { return os.WriteFile(real, big, 0o644) })); err != nil {
 		t.Fatal(err)
 	}
 	fd, res, err := s.OpenFile(a, "big", unix.O_WRONLY, 0, false)

@@ -2,7 +2,6 @@ package store
 
 import (
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -95,7 +94,7 @@ func joinRel(dir, name string) string {
 
 // indexLayer reads a layer's directory into the index (at Open).
 func (s *Store) indexLayer(l *layer) error {
-	if _, err := os.Lstat(l.dir); err != nil {
+	if !s.exists(l.dir) {
 		return nil // empty layer
 	}
 	l.made = true
@@ -105,7 +104,7 @@ func (s *Store) indexLayer(l *layer) error {
 		}
 		if p == l.dir {
 			s.accountRoot(l)
-			if _, err := os.Lstat(filepath.Join(p, opqMarker)); err == nil {
+			if s.exists(p + "/" + opqMarker) {
 				s.put(l, "", kDir, true, 0)
 			}
 			return nil
@@ -119,10 +118,9 @@ func (s *Store) indexLayer(l *layer) error {
 			dir, _ := splitRel(rel)
 			s.put(l, joinRel(dir, name[len(whPrefix):]), kWhiteout, false, 0)
 		case d.IsDir():
-			_, err := os.Lstat(filepath.Join(p, opqMarker))
-			s.putAlloc(l, rel, kDir, err == nil, 0, allocOf(d))
+			s.putAlloc(l, rel, kDir, s.exists(p+"/"+opqMarker), 0, allocOf(d))
 		default:
-			ino := readIno(p)
+			ino := s.readXattrUint(p, inoXattr)
 			fi, err := d.Info()
 			var alloc int64
 			if err == nil {
@@ -134,7 +132,7 @@ func (s *Store) indexLayer(l *layer) error {
 				}
 			}
 			s.putAlloc(l, rel, kFile, false, ino, alloc)
-			if nl := readXattrUint(p, nlinkXattr); nl > 1 && ino != 0 {
+			if nl := s.readXattrUint(p, nlinkXattr); nl > 1 && ino != 0 {
 				s.addLink(l, ino, rel, uint32(nl))
 			}
 		}
@@ -142,11 +140,9 @@ func (s *Store) indexLayer(l *layer) error {
 	})
 }
 
-func readIno(p string) uint64 { return readXattrUint(p, inoXattr) }
-
-func readXattrUint(p, name string) uint64 {
+func (s *Store) readXattrUint(p, name string) uint64 {
 	var buf [24]byte
-	n, err := unix.Lgetxattr(p, name, buf[:])
+	n, err := s.Getxattr(p, name, buf[:])
 	if err != nil {
 		return 0
 	}
@@ -256,27 +252,12 @@ func (s *Store) ensureDir(l *layer) error {
 	if err := s.fits(dirBlock); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(l.dir, 0o755); err != nil {
+	if err := s.mkdir(l.dir, 0o755); err != nil && err != unix.EEXIST {
 		return err
 	}
 	l.made = true
 	s.accountRoot(l)
 	return nil
-}
-
-func removeAll(p string) error {
-	err := os.RemoveAll(p)
-	if err != nil {
-		// Directories left without write permission by a test or a user.
-		filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				os.Chmod(q, 0o700)
-			}
-			return nil
-		})
-		err = os.RemoveAll(p)
-	}
-	return err
 }
 
 // fileSig identifies a file's content as far as its metadata tells.
@@ -286,18 +267,22 @@ type fileSig struct {
 	mtime, ctime unix.Timespec
 }
 
-func sigOf(p string) fileSig {
+func (s *Store) sigOf(p string) fileSig {
 	var st unix.Stat_t
-	if unix.Lstat(p, &st) != nil {
+	if s.Lstat(p, &st) != nil {
 		return fileSig{}
 	}
+	return sigOfStat(&st)
+}
+
+func sigOfStat(st *unix.Stat_t) fileSig {
 	return fileSig{ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 }
 
 // keep records that rel was kept here for a writer, as live shows it now.
-func (l *layer) keep(rel, live string) {
+func (s *Store) keep(l *layer, rel, live string) {
 	if l.kept == nil {
 		l.kept = map[string]fileSig{}
 	}
-	l.kept[rel] = sigOf(live)
+	l.kept[rel] = s.sigOf(live)
 }

@@ -299,7 +299,7 @@ func TestModel(t *testing.T) {
 			case "mkdir":
 				pdir, _ := splitRel(path)
 				ok := m.isDir(mb, pdir) && !m.exists(mb, path)
-				err := f.s.Create(b, path, true, func(real string) error { return os.Mkdir(real, 0o755) })
+				err := f.s.Create(b, path, true, byPath(func(real string) error { return os.Mkdir(real, 0o755) }))
 				if ok != (err == nil) {
 					rt.Fatalf("mkdir %s:%s = %v, model says ok=%v", name, path, err, ok)
 				}
@@ -476,7 +476,7 @@ func writeOnce(s *Store, b *Branch, rel, data string) error {
 		}
 		return os.WriteFile(p, []byte(data), 0o644)
 	}
-	return s.Create(b, rel, false, func(real string) error { return os.WriteFile(real, []byte(data), 0o644) })
+	return s.Create(b, rel, false, byPath(func(real string) error { return os.WriteFile(real, []byte(data), 0o644) }))
 }
 
 // chainsOf maps each branch to its chain's layer IDs (its snapshot last).

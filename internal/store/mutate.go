@@ -2,7 +2,9 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,7 +63,7 @@ func (s *Store) preserve(rel string, subtree bool) error {
 	}
 	real := s.base + "/" + rel
 	var st unix.Stat_t
-	exists := unix.Lstat(real, &st) == nil
+	exists := s.Lstat(real, &st) == nil
 	first := "" // the first preserved copy of a file, linked into the others
 	for _, o := range snaps {
 		if s.covered(o, rel, subtree) {
@@ -86,12 +88,12 @@ func (s *Store) preserve(rel string, subtree bool) error {
 				return err
 			}
 		case st.Mode&unix.S_IFMT == unix.S_IFDIR:
-			if err := copyNode(real, dst, &st); err != nil {
+			if err := s.copyNode(real, dst, &st); err != nil {
 				return err
 			}
 			s.put(o, rel, kDir, false, 0)
 		case first != "":
-			if err := os.Link(first, dst); err != nil {
+			if err := s.link(first, dst); err != nil {
 				return err
 			}
 			s.put(o, rel, kFile, false, st.Ino)
@@ -99,17 +101,17 @@ func (s *Store) preserve(rel string, subtree bool) error {
 			if s.writers[real] > 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
 				// Main holds it open for writing: its descriptors must keep
 				// writing the base's inode, so the snapshot gets a copy.
-				if err := copyNode(real, dst, &st); err != nil {
+				if err := s.copyNode(real, dst, &st); err != nil {
 					return err
 				}
 			} else {
 				// Move the inode into the snapshot, so that the forks' open
 				// descriptors keep their bytes, and give main a fresh copy.
-				if err := moveOut(s.tmpDir(), real, dst, &st); err != nil {
+				if err := s.moveOut(real, dst, &st); err != nil {
 					return err
 				}
 			}
-			setIno(dst, st.Ino)
+			s.setIno(dst, st.Ino)
 			s.put(o, rel, kFile, false, st.Ino)
 			first = dst
 		}
@@ -128,19 +130,19 @@ func (s *Store) preserveTree(o *layer, rel string, st *unix.Stat_t) error {
 		if err := s.fits(dirBlock); err != nil {
 			return err
 		}
-		if err := copyNode(real, dst, st); err != nil {
+		if err := s.copyNode(real, dst, st); err != nil {
 			return err
 		}
 		s.put(o, rel, kDir, false, 0)
 	}
-	ents, err := readDirents(real)
+	ents, err := s.readDirents(real)
 	if err != nil {
 		return err
 	}
 	for _, d := range ents {
 		c := joinRel(rel, d.name)
 		var cst unix.Stat_t
-		if err := unix.Lstat(real+"/"+d.name, &cst); err != nil {
+		if err := s.Lstat(real+"/"+d.name, &cst); err != nil {
 			return err
 		}
 		e, ok := s.get(o, c)
@@ -154,7 +156,7 @@ func (s *Store) preserveTree(o *layer, rel string, st *unix.Stat_t) error {
 		case ok:
 			// o has a directory where main now has a file: o's directory,
 			// with what o preserved in it, is all of c.
-			if err := touch(o.real(c) + "/" + opqMarker); err != nil {
+			if err := s.touch(o.real(c) + "/" + opqMarker); err != nil {
 				return err
 			}
 			s.put(o, c, kDir, true, 0)
@@ -162,26 +164,18 @@ func (s *Store) preserveTree(o *layer, rel string, st *unix.Stat_t) error {
 			if err := s.fits(copyCost(&cst)); err != nil {
 				return err
 			}
-			if err := copyNode(real+"/"+d.name, o.real(c), &cst); err != nil {
+			if err := s.copyNode(real+"/"+d.name, o.real(c), &cst); err != nil {
 				return err
 			}
-			setIno(o.real(c), cst.Ino)
+			s.setIno(o.real(c), cst.Ino)
 			s.put(o, c, kFile, false, cst.Ino)
 		}
 	}
-	if err := touch(dst + "/" + opqMarker); err != nil {
+	if err := s.touch(dst + "/" + opqMarker); err != nil {
 		return err
 	}
 	s.put(o, rel, kDir, true, 0)
 	return nil
-}
-
-func touch(p string) error {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	return f.Close()
 }
 
 // ensureParentIn makes rel's parent directories in layer l, with the
@@ -204,13 +198,16 @@ func (s *Store) ensureParentIn(l *layer, rel string) error {
 	for i := len(missing) - 1; i >= 0; i-- {
 		p := missing[i]
 		var st unix.Stat_t
-		if err := unix.Lstat(s.base+"/"+p, &st); err != nil {
+		if err := s.Lstat(s.base+"/"+p, &st); err != nil {
 			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return notType(s.base+"/"+p, "a directory", &st)
 		}
 		if err := s.fits(dirBlock); err != nil {
 			return err
 		}
-		if err := copyNode(s.base+"/"+p, l.real(p), &st); err != nil {
+		if err := s.copyNode(s.base+"/"+p, l.real(p), &st); err != nil {
 			return err
 		}
 		s.put(l, p, kDir, false, 0)
@@ -220,7 +217,7 @@ func (s *Store) ensureParentIn(l *layer, rel string) error {
 
 // whiteout records in layer l that rel is deleted.
 func (s *Store) whiteout(l *layer, rel string) error {
-	if err := touch(l.real(whiteoutPath(rel))); err != nil {
+	if err := s.touch(l.real(whiteoutPath(rel))); err != nil {
 		return err
 	}
 	s.put(l, rel, kWhiteout, false, 0)
@@ -231,7 +228,7 @@ func (s *Store) whiteout(l *layer, rel string) error {
 
 // writableBranch checks that b may be written.
 func writableBranch(b *Branch) error {
-	if b.stale || b.gone {
+	if b.stale || b.gone || b.committing {
 		return syscall.ESTALE
 	}
 	if b.readOnly {
@@ -265,6 +262,13 @@ func (s *Store) copyUp(b *Branch, rel string) (string, error) {
 // with one name is copied up without its data, which the open discards: it
 // costs no disk and no time in its size.
 func (s *Store) copyUpFor(b *Branch, rel string, trunc bool) (string, error) {
+	return s.copyUpWith(b, rel, trunc, nil)
+}
+
+// copyUpWith is copyUpFor that publishes the copy pre made outside the
+// lock (prepareCopyUp) if it is still the copy the branch needs: same
+// source, unchanged since (inode, size, mtime, ctime), same head.
+func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (string, error) {
 	if err := writableBranch(b); err != nil {
 		return "", err
 	}
@@ -289,15 +293,23 @@ func (s *Store) copyUpFor(b *Branch, rel string, trunc bool) (string, error) {
 		return "", err
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(res.Real, &st); err != nil {
+	if err := s.Lstat(res.Real, &st); err != nil {
 		return "", err
+	}
+	if (st.Mode&unix.S_IFMT == unix.S_IFDIR) != res.IsDir() {
+		// Swapped since it was resolved (a directory for a file, or back).
+		return "", notType(res.Real, map[bool]string{true: "a directory", false: "a non-directory"}[res.IsDir()], &st)
 	}
 	empty := trunc && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1
 	if !empty && b.Quota > 0 && st.Mode&unix.S_IFMT == unix.S_IFREG && s.usage(b)+st.Size > b.Quota {
 		return "", syscall.ENOSPC
 	}
 	if !empty {
-		if err := s.fits(copyCost(&st)); err != nil {
+		cost := copyCost(&st)
+		if pre != nil {
+			cost -= pre.reserved // reserved already, and released after
+		}
+		if err := s.fits(cost); err != nil {
 			return "", err
 		}
 	}
@@ -309,25 +321,36 @@ func (s *Store) copyUpFor(b *Branch, rel string, trunc bool) (string, error) {
 	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
 		// A hard-linked lower file: its names share one copy in the head.
 		if lc, ok := s.linkCopyIn(h, ino); ok {
-			if err := os.Link(h.real(lc.rel), dst); err != nil {
+			if err := s.link(h.real(lc.rel), dst); err != nil {
 				return "", err
 			}
 			s.put(h, rel, kFile, false, ino)
 			return dst, nil
 		}
-		if err := copyNode(res.Real, dst, &st); err != nil {
+		if err := s.copyNode(res.Real, dst, &st); err != nil {
 			return "", err
 		}
-		setIno(dst, ino)
-		unix.Lsetxattr(dst, nlinkXattr, []byte(strconv.FormatUint(uint64(st.Nlink), 10)), 0)
+		s.setIno(dst, ino)
+		s.Setxattr(dst, nlinkXattr, []byte(strconv.FormatUint(uint64(st.Nlink), 10)), 0)
 		s.addLink(h, ino, rel, uint32(st.Nlink))
 		h.bytes += st.Size
 		s.put(h, rel, kFile, false, ino)
 		return dst, nil
 	}
-	copy := copyNode
+	copy := s.copyNode
 	if empty {
-		copy = copyEmpty
+		copy = s.copyEmpty
+	}
+	if pre != nil && pre.src == res.Real && pre.head == h && pre.sig == sigOfStat(&st) && !empty {
+		// Made outside the lock: publish it (a rename in the store's
+		// filesystem). Its bytes were reserved while it was made.
+		copy = func(_, dst string, _ *unix.Stat_t) error {
+			if err := s.rename(pre.tmp, dst, unix.RENAME_NOREPLACE); err != nil {
+				return err
+			}
+			pre.used = true
+			return nil
+		}
 	}
 	if err := copy(res.Real, dst, &st); err != nil {
 		return "", err
@@ -335,13 +358,24 @@ func (s *Store) copyUpFor(b *Branch, rel string, trunc bool) (string, error) {
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		k, ino = kDir, 0
 	} else {
-		setIno(dst, ino)
+		s.setIno(dst, ino)
 		if st.Mode&unix.S_IFMT == unix.S_IFREG && !empty {
 			h.bytes += st.Size
 		}
 	}
 	s.put(h, rel, k, false, ino)
 	return dst, nil
+}
+
+// realIn is the real path of rel in b's own layer (the base for main).
+func (s *Store) realIn(b *Branch, rel string) string {
+	if b.Name == Main {
+		if rel == "" {
+			return s.base
+		}
+		return s.base + "/" + rel
+	}
+	return b.head().real(rel)
 }
 
 // copyCost is what a copy of the object st describes allocates: a
@@ -355,9 +389,11 @@ func copyCost(st *unix.Stat_t) int64 {
 
 // CopyUp makes rel writable in b (see copyUp).
 func (s *Store) CopyUp(b *Branch, rel string) (string, error) {
+	pre := s.prepareCopyUp(b, rel, false)
+	defer s.dropPrepared(pre)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.copyUp(b, rel)
+	return s.copyUpWith(b, rel, false, pre)
 }
 
 // ensureParent copies rel's parent directories up into b's head.
@@ -375,8 +411,13 @@ func (s *Store) ensureParent(b *Branch, rel string) error {
 	if err := s.ensureParent(b, dir); err != nil {
 		return err
 	}
-	_, err := s.copyUp(b, dir)
-	return err
+	if _, err := s.copyUp(b, dir); err != nil {
+		return err
+	}
+	if e, ok := s.get(b.head(), dir); !ok || e.kind != kDir {
+		return fmt.Errorf("store: %s: not a directory in the branch: %w", dir, syscall.ENOTDIR)
+	}
+	return nil
 }
 
 // usage is the bytes of regular files in b's own layers (above its fork).
@@ -403,22 +444,24 @@ func (s *Store) Grow(b *Branch, n int64) error {
 	return nil
 }
 
-// Create makes a new object at rel in b: mk makes it at the real path it is
-// given (open with O_CREAT|O_EXCL, mkdir, symlink, mknod, link). dir says
-// whether it is a directory.
-func (s *Store) Create(b *Branch, rel string, dir bool, mk func(real string) error) error {
+// Create makes a new object at rel in b: mk makes it as name in the
+// directory descriptor dir it is given (openat with O_CREAT|O_EXCL,
+// mkdirat, symlinkat, mknodat, linkat), which the store opened beneath the
+// base or the layer with no symlink followed: mk must not follow one
+// either. isDir says whether it is a directory.
+func (s *Store) Create(b *Branch, rel string, isDir bool, mk func(dir int, name string) error) error {
 	if err := checkName(rel); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if dir {
+	if isDir {
 		s.dirsChanged()
 	}
-	return s.create(b, rel, dir, mk)
+	return s.create(b, rel, isDir, mk)
 }
 
-func (s *Store) create(b *Branch, rel string, dir bool, mk func(real string) error) error {
+func (s *Store) create(b *Branch, rel string, dir bool, mk func(dir int, name string) error) error {
 	if err := writableBranch(b); err != nil {
 		return err
 	}
@@ -437,7 +480,7 @@ func (s *Store) create(b *Branch, rel string, dir bool, mk func(real string) err
 		if err := s.preserve(rel, false); err != nil {
 			return err
 		}
-		return mk(s.base + "/" + rel)
+		return s.inParent(s.base+"/"+rel, mk)
 	}
 	if err := s.ensureParent(b, rel); err != nil {
 		return err
@@ -455,16 +498,16 @@ func (s *Store) create(b *Branch, rel string, dir bool, mk func(real string) err
 		hadWhiteout = true
 	}
 	real := h.real(rel)
-	if err := mk(real); err != nil {
+	if err := s.inParent(real, mk); err != nil {
 		return err
 	}
 	if hadWhiteout {
-		os.Remove(h.real(whiteoutPath(rel)))
+		s.unlinkPath(h.real(whiteoutPath(rel)))
 	}
 	opaque := false
 	if dir && hadWhiteout {
 		// A directory made over a deleted name must hide what was below.
-		if err := touch(real + "/" + opqMarker); err != nil {
+		if err := s.touch(real + "/" + opqMarker); err != nil {
 			return err
 		}
 		opaque = true
@@ -500,7 +543,9 @@ func (s *Store) Link(b *Branch, old, new string) error {
 	if e, ok := s.get(b.head(), old); ok && b.Name != Main {
 		ino = e.ino
 	}
-	err = s.create(b, new, false, func(real string) error { return os.Link(src, real) })
+	err = s.create(b, new, false, func(dir int, name string) error {
+		return s.inParent(src, func(odir int, oname string) error { return unix.Linkat(odir, oname, dir, name, 0) })
+	})
 	if err == nil && b.Name != Main && ino != 0 {
 		s.put(b.head(), new, kFile, false, ino)
 	}
@@ -545,17 +590,17 @@ func (s *Store) remove(b *Branch, rel string, dir bool) error {
 			return err
 		}
 		if dir {
-			return unix.Rmdir(res.Real)
+			return s.rmdir(res.Real)
 		}
-		return unix.Unlink(res.Real)
+		return s.unlinkPath(res.Real)
 	}
 	h := b.head()
 	if res.Depth == h.depth {
 		if dir {
-			if err := removeAll(res.Real); err != nil { // only whiteouts are left in it
+			if err := s.removeAll(res.Real); err != nil { // only whiteouts are left in it
 				return err
 			}
-		} else if err := unix.Unlink(res.Real); err != nil {
+		} else if err := s.unlinkPath(res.Real); err != nil {
 			return err
 		}
 		if dir {
@@ -592,6 +637,11 @@ func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create b
 		var st unix.Stat_t
 		return s.OpenRead(b, rel, flags, &st)
 	}
+	var pre *prepared
+	if !create {
+		pre = s.prepareCopyUp(b, rel, flags&unix.O_TRUNC != 0)
+		defer s.dropPrepared(pre)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fd := -1
@@ -600,10 +650,9 @@ func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create b
 		if err := checkName(rel); err != nil {
 			return -1, Res{}, err
 		}
-		err := s.create(b, rel, false, func(r string) error {
+		err := s.create(b, rel, false, func(dir int, name string) error {
 			var err error
-			fd, err = unix.Open(r, flags|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
-			res = Res{Real: r, Kind: kFile, Depth: len(b.chain)}
+			fd, err = unix.Openat(dir, name, flags&openFlags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 			return err
 		})
 		if err != nil {
@@ -612,16 +661,17 @@ func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create b
 			}
 			return -1, Res{}, err
 		}
+		res = Res{Real: s.realIn(b, rel), Kind: kFile, Depth: len(b.chain)}
 	} else {
 		var err error
 		if res, err = s.resolve(b, rel, len(b.chain)); err != nil {
 			return -1, Res{}, err
 		}
-		if res.Real, err = s.copyUpFor(b, rel, flags&unix.O_TRUNC != 0); err != nil {
+		if res.Real, err = s.copyUpWith(b, rel, flags&unix.O_TRUNC != 0, pre); err != nil {
 			return -1, Res{}, err
 		}
 		res.Lower, res.Depth = false, len(b.chain)
-		if fd, err = unix.Open(res.Real, flags&^(unix.O_CREAT|unix.O_EXCL)|unix.O_CLOEXEC, 0); err != nil {
+		if fd, err = s.openFile(res.Real, flags&^(unix.O_CREAT|unix.O_EXCL)); err != nil {
 			return -1, Res{}, err
 		}
 	}
@@ -634,10 +684,11 @@ func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create b
 // nothing, so it shares the lock with lookups. A file of the base, which
 // resolve would lstat component by component, is opened with openat2 and
 // no symlink followed: the same checks in one syscall (a symlink in the
-// base is refused with ELOOP rather than followed).
+// base is refused with ELOOP rather than followed). Every open is walked
+// beneath the base or the layer (see beneath.go).
 func (s *Store) OpenRead(b *Branch, rel string, flags int, st *unix.Stat_t) (int, Res, error) {
-	flags = flags&^(unix.O_CREAT|unix.O_EXCL) | unix.O_CLOEXEC
-	lazy := s.plainBase && rel != ""
+	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC
+	lazy := rel != ""
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	res, _, err := s.resolveStat(b, rel, len(b.chain), nil, lazy)
@@ -649,17 +700,8 @@ func (s *Store) OpenRead(b *Branch, rel string, flags int, st *unix.Stat_t) (int
 		return -1, Res{}, err
 	}
 	lazy = lazy && res.Depth == 0
-	var fd int
-	if lazy {
-		fd, err = unix.Openat2(unix.AT_FDCWD, res.Real, &unix.OpenHow{Flags: uint64(flags & openat2Flags), Resolve: unix.RESOLVE_NO_SYMLINKS})
-	} else {
-		fd, err = unix.Open(res.Real, flags, 0)
-	}
+	fd, err := s.openChecked(res.Real, flags, st, true)
 	if err != nil {
-		return -1, Res{}, err
-	}
-	if err := unix.Fstat(fd, st); err != nil {
-		unix.Close(fd)
 		return -1, Res{}, err
 	}
 	if !lazy {
@@ -673,11 +715,7 @@ func (s *Store) OpenRead(b *Branch, rel string, flags int, st *unix.Stat_t) (int
 		if r := s.linkRedirect(b, res, st); r.Real != res.Real {
 			// Another name of this hard-linked file was copied up: open that copy.
 			unix.Close(fd)
-			if fd, err = unix.Open(r.Real, flags, 0); err != nil {
-				return -1, Res{}, err
-			}
-			if err := unix.Fstat(fd, st); err != nil {
-				unix.Close(fd)
+			if fd, err = s.openChecked(r.Real, flags, st, false); err != nil {
 				return -1, Res{}, err
 			}
 			res = r
@@ -687,8 +725,75 @@ func (s *Store) OpenRead(b *Branch, rel string, flags int, st *unix.Stat_t) (int
 	return fd, res, nil
 }
 
-// openat2Flags are the flags openat2 takes. Opens from the kernel carry
-// internal bits besides (FMODE_EXEC when a program is run), which open(2)
-// ignores and openat2 refuses with EINVAL.
-const openat2Flags = unix.O_ACCMODE | unix.O_APPEND | unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC | unix.O_DIRECT |
-	unix.O_LARGEFILE | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_NOATIME | unix.O_CLOEXEC | unix.O_ASYNC | unix.O_NOCTTY
+// prepared is a copy-up made outside the store's lock, for copyUpWith to
+// publish under it.
+type prepared struct {
+	tmp, src string
+	sig      fileSig // of src when the copy was made
+	head     *layer  // the head it was made for
+	reserved int64   // its bytes, reserved under the limit while it is aside
+	used     bool    // published
+}
+
+// copyAside is the size from which a copy-up copies outside the lock: a
+// smaller file copies in less time than the second look costs.
+const copyAside = 1 << 20
+
+// prepareCopyUp copies rel's data for b's head aside, without the store's
+// lock, when that is what a copy-up of it will need (a regular file of one
+// name below b's head, big enough to be worth it): lookups, opens and the
+// other branches' changes go on meanwhile (STYLE.md rule 18). Nil if not.
+func (s *Store) prepareCopyUp(b *Branch, rel string, trunc bool) *prepared {
+	if b.Name == Main || trunc {
+		return nil
+	}
+	s.mu.RLock()
+	if writableBranch(b) != nil {
+		s.mu.RUnlock()
+		return nil
+	}
+	h := b.head()
+	res, err := s.resolve(b, rel, len(b.chain))
+	s.mu.RUnlock()
+	if err != nil || res.Depth == h.depth || res.IsDir() || res.Nlink > 1 {
+		return nil
+	}
+	var st unix.Stat_t
+	if s.Lstat(res.Real, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 || st.Blocks*512 < copyAside {
+		return nil
+	}
+	reserved, err := s.Reserve(b, 0, copyCost(&st))
+	if err != nil {
+		return nil // the copy-up under the lock says why
+	}
+	if err := os.MkdirAll(s.tmpDir(), 0o700); err != nil {
+		s.Settle("", reserved, -1)
+		return nil
+	}
+	p := &prepared{tmp: filepath.Join(s.tmpDir(), fmt.Sprintf("up-%d-%d", os.Getpid(), tmpSeq.Add(1))),
+		src: res.Real, sig: sigOfStat(&st), head: h, reserved: reserved}
+	if err := s.copyNode(res.Real, p.tmp, &st); err != nil {
+		s.dropPrepared(p)
+		return nil
+	}
+	// The source changed while it was copied: the copy under the lock
+	// will be made again.
+	if s.sigOf(res.Real) != p.sig {
+		s.dropPrepared(p)
+		return nil
+	}
+	return p
+}
+
+// dropPrepared releases a prepared copy's reservation and removes it if it
+// was not published.
+func (s *Store) dropPrepared(p *prepared) {
+	if p == nil {
+		return
+	}
+	if !p.used {
+		s.removeAll(p.tmp)
+	}
+	s.Settle("", p.reserved, -1)
+	p.reserved = 0
+}

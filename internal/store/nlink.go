@@ -101,7 +101,7 @@ func (s *Store) merged(b *Branch, rel string, res Res) bool {
 	}
 	if res.cut == 0 {
 		var st unix.Stat_t
-		if unix.Lstat(s.base+"/"+rel, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		if s.Lstat(s.base+"/"+rel, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			n++
 		}
 	}

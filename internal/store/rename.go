@@ -66,7 +66,7 @@ func (s *Store) Rename(b *Branch, old, new string, flags uint32) error {
 		if err := s.preserve(new, exchange); err != nil {
 			return err
 		}
-		if err := unix.Renameat2(unix.AT_FDCWD, ores.Real, unix.AT_FDCWD, s.base+"/"+new, uint(flags)); err != nil {
+		if err := s.rename(ores.Real, s.base+"/"+new, uint(flags)); err != nil {
 			return err
 		}
 		s.moveWriters(ores.Real, s.base+"/"+new, exchange)
@@ -92,13 +92,13 @@ func (s *Store) Rename(b *Branch, old, new string, flags uint32) error {
 			}
 		}
 		if e, ok := s.get(h, new); ok && e.kind == kWhiteout {
-			if err := unix.Unlink(h.real(whiteoutPath(new))); err != nil {
+			if err := s.unlinkPath(h.real(whiteoutPath(new))); err != nil {
 				return err
 			}
 			s.drop(h, new)
 		}
 	}
-	if err := unix.Renameat2(unix.AT_FDCWD, h.real(old), unix.AT_FDCWD, h.real(new), uint(flags&unix.RENAME_EXCHANGE)); err != nil {
+	if err := s.rename(h.real(old), h.real(new), uint(flags&unix.RENAME_EXCHANGE)); err != nil {
 		return err
 	}
 	s.moveWriters(h.real(old), h.real(new), exchange)
@@ -142,14 +142,14 @@ func (s *Store) copyUpTree(b *Branch, rel string, res Res) error {
 	}
 	h := b.head()
 	if e, ok := s.get(h, rel); ok && !e.opaque {
-		if err := touch(h.real(rel) + "/" + opqMarker); err != nil {
+		if err := s.touch(h.real(rel) + "/" + opqMarker); err != nil {
 			return err
 		}
 		// Whiteouts inside are no longer needed once the directory is opaque.
 		for p := range h.paths {
 			if d, _ := splitRel(p); d == rel {
 				if we, ok := s.get(h, p); ok && we.kind == kWhiteout {
-					unix.Unlink(h.real(whiteoutPath(p)))
+					s.unlinkPath(h.real(whiteoutPath(p)))
 					s.drop(h, p)
 				}
 			}
@@ -211,7 +211,7 @@ func (s *Store) Writing(real string) bool {
 // (its writes may have been passthrough: see disk.go).
 func (s *Store) CloseWrite(real string) {
 	var st unix.Stat_t
-	measured := unix.Lstat(real, &st) == nil
+	measured := s.Lstat(real, &st) == nil
 	s.mu.Lock()
 	if s.writers[real]--; s.writers[real] <= 0 {
 		delete(s.writers, real)

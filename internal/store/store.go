@@ -37,9 +37,11 @@ type Config struct {
 // Store is the branches of one base directory.
 type Store struct {
 	dir, base string
-	plainBase bool // no component of base is a symlink (see OpenRead)
-	log       *slog.Logger
-	db        *bolt.DB
+	// baseFd and dirFd are the roots every path is walked beneath (see
+	// beneath.go), opened once at Open; baseFd holds the base's lock.
+	baseFd, dirFd int
+	log           *slog.Logger
+	db            *bolt.DB
 
 	mu        sync.RWMutex // guards everything below, the index and every layer directory
 	branches  map[string]*Branch
@@ -64,6 +66,15 @@ type Store struct {
 	closeOnce   sync.Once
 
 	watch watchers // see Watch
+
+	// pending is a commit into main decided (journaled) whose apply failed:
+	// it is finished by a Commit of its child again, or by the replay at
+	// the next Open; until then main forks and commits nothing else.
+	pending *journal
+	// applying: pending is being applied without the lock (applyMain);
+	// another Commit of its child waits its turn with ErrBusy.
+	applying bool
+	applies  sync.WaitGroup // applyMain in flight: Close waits for it
 }
 
 // Branch is one branch. Its fields are guarded by Store.mu.
@@ -87,8 +98,13 @@ type Branch struct {
 	// readOnly refuses every change with EROFS (a suspended node's branch);
 	// kept in memory only: the owner sets it again after a restart.
 	readOnly bool
-	Quota    int64
-	kids     []*Branch // the children forked from it, while they last (see unlink)
+	// committing: the branch's commit into main is decided (journaled) but
+	// not yet wholly applied (Store.pending): its files are moving into the
+	// base, so it answers ESTALE, and refuses abort until a Commit of it
+	// finishes the journal.
+	committing bool
+	Quota      int64
+	kids       []*Branch // the children forked from it, while they last (see unlink)
 }
 
 // IsStale reports whether the branch lost a commit race (or is gone).
@@ -121,7 +137,7 @@ var (
 
 // Open opens (creating if need be) the store in cfg.Dir over cfg.Base,
 // finishing any commit a crash cut short and reclaiming unreferenced layers.
-func Open(cfg Config) (*Store, error) {
+func Open(cfg Config) (s *Store, err error) {
 	if cfg.Dir == "" || cfg.Base == "" {
 		return nil, api.Errorf(api.ErrBadRequest, "store: Dir and Base are required")
 	}
@@ -129,27 +145,47 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
-		return nil, api.Errorf(api.ErrBadRequest, "store: base %s is not a directory", base)
-	}
-	if err := os.MkdirAll(filepath.Join(cfg.Dir, "layers"), 0o700); err != nil {
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
 		return nil, err
 	}
+	// The base is resolved here, once: the descriptor is what every path
+	// of it is walked from, and what holds the lock.
+	baseFd, err := openRoot(base)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			unix.Close(baseFd)
+		}
+	}()
+	if err := lockBase(baseFd, base); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "layers"), 0o700); err != nil {
+		return nil, err
+	}
+	dirFd, err := openRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			unix.Close(dirFd)
+		}
+	}()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	// NoSync: a write survives SIGKILL through the page cache; durable
 	// commits call db.Sync explicitly.
-	db, err := bolt.Open(filepath.Join(cfg.Dir, "meta.db"), 0o600, &bolt.Options{NoSync: true, NoFreelistSync: true})
+	db, err := bolt.Open(filepath.Join(dir, "meta.db"), 0o600, &bolt.Options{NoSync: true, NoFreelistSync: true})
 	if err != nil {
 		return nil, fmt.Errorf("store: open metadata: %w", err)
 	}
-	// OpenRead opens base files with no symlink followed: only where the
-	// base's own path has none.
-	real, err := filepath.EvalSymlinks(base)
-	plainBase := err == nil && real == base
-	s := &Store{dir: cfg.Dir, base: base, plainBase: plainBase, log: log, db: db,
+	s = &Store{dir: dir, base: base, baseFd: baseFd, dirFd: dirFd, log: log, db: db,
 		branches: map[string]*Branch{}, layers: map[uint64]*layer{}, index: map[string][]entry{}, writers: map[string]int{}}
 	if err := s.load(); err != nil {
 		db.Close()
@@ -176,8 +212,11 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stopSampler)
 		s.sampling.Wait()
+		s.applies.Wait()
 		s.gc.Wait()
 		err = s.db.Close()
+		unix.Close(s.dirFd)
+		unix.Close(s.baseFd) // and with it the base's lock
 	})
 	return err
 }
@@ -497,6 +536,9 @@ func (s *Store) Fork(parent string, children ...string) error {
 	if p.stale {
 		return api.Errorf(api.ErrStale, "fork %s: the branch is stale", parent)
 	}
+	if err := s.busyMain(p); err != nil {
+		return fmt.Errorf("fork %s: %w", parent, err)
+	}
 	for _, c := range children {
 		if _, ok := s.branches[c]; ok {
 			return api.Errorf(api.ErrExists, "fork %s: branch %q", parent, c)
@@ -577,7 +619,7 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) error {
 		for real := range s.writers {
 			if rel, ok := relTo(s.base, real); ok {
 				var st unix.Stat_t
-				if err := unix.Lstat(real, &st); errors.Is(err, unix.ENOENT) {
+				if err := s.Lstat(real, &st); errors.Is(err, unix.ENOENT) {
 					// Removed while open (or its release has not come yet):
 					// its writes reach an inode nobody can see.
 					continue
@@ -587,7 +629,7 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) error {
 					return fmt.Errorf("preserve %s: %w", rel, err)
 				}
 				if !had {
-					snap.keep(rel, real)
+					s.keep(snap, rel, real)
 					s.saveKept(snap, rel)
 				}
 			}
@@ -611,29 +653,29 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) error {
 		if err := s.ensureParent(p, rel); err != nil {
 			return fmt.Errorf("keep %s: %w", rel, err)
 		}
-		if err := unix.Lstat(real, &st); err != nil {
+		if err := s.Lstat(real, &st); err != nil {
 			return fmt.Errorf("keep %s: %w", rel, err)
 		}
 		dst := head.real(rel)
 		// Was the file still as an earlier fork kept it? Then the copy left
 		// in the frozen layer is unchanged too; otherwise the layer changed.
 		prev, wasKept := frozen.kept[rel]
-		stillKept := wasKept && sigOf(real) == prev
-		if err := moveOut(s.tmpDir(), real, dst, &st); err != nil {
+		stillKept := wasKept && s.sigOf(real) == prev
+		if err := s.moveOut(real, dst, &st); err != nil {
 			return fmt.Errorf("keep %s: %w", rel, err)
 		}
 		ino := e.ino
 		if ino == 0 {
 			ino = st.Ino
 		}
-		setIno(real, ino)
-		setIno(dst, ino)
+		s.setIno(real, ino)
+		s.setIno(dst, ino)
 		s.put(frozen, rel, kFile, false, ino)
 		s.put(head, rel, kFile, false, ino)
-		head.keep(rel, dst)
+		s.keep(head, rel, dst)
 		s.saveKept(head, rel)
 		if stillKept {
-			frozen.keep(rel, real)
+			s.keep(frozen, rel, real)
 		} else if wasKept {
 			delete(frozen.kept, rel)
 		}
@@ -693,7 +735,7 @@ func (s *Store) onlyKept(l *layer, live func(rel string) string) bool {
 	}
 	for p := range l.paths {
 		if sig, ok := l.kept[p]; ok {
-			if sigOf(live(p)) != sig {
+			if s.sigOf(live(p)) != sig {
 				return false
 			}
 			continue
@@ -757,6 +799,11 @@ func (s *Store) Abort(name string) error {
 	b, err := s.branch(name)
 	if err != nil {
 		return fmt.Errorf("abort: %w", err)
+	}
+	for _, d := range append(s.descendants(b), b) {
+		if d.committing {
+			return api.Errorf(api.ErrBusy, "abort %s: the commit of %s into main is half applied; commit %s again to finish it (its files are what it needs)", name, d.Name, d.Name)
+		}
 	}
 	if err := s.dropLocked(append(s.descendants(b), b)); err != nil {
 		return fmt.Errorf("abort %s: %w", name, err)
@@ -873,7 +920,7 @@ func (s *Store) reclaim() {
 		s.removeLater(filepath.Join(s.dir, "trash", e.Name()))
 	}
 	// Copies a crash left aside in the middle of moveOut.
-	os.RemoveAll(s.tmpDir())
+	s.removeAll(s.tmpDir())
 	s.reclaimLocked()
 	// Layer directories with no record at all (a crash between making a
 	// layer and saving the branch that owns it).
@@ -925,7 +972,7 @@ func (s *Store) removeLater(path string) {
 	s.gc.Add(1)
 	go func() {
 		defer s.gc.Done()
-		if err := removeAll(path); err != nil {
+		if err := s.removeAll(path); err != nil {
 			s.log.Warn("reclaim", "path", path, "err", err)
 		}
 	}()

@@ -21,7 +21,7 @@ func mustWrite(t *testing.T, s *Store, b *Branch, rel, data string) {
 		}
 		return
 	}
-	if err := s.Create(b, rel, false, func(real string) error { return os.WriteFile(real, []byte(data), 0o644) }); err != nil {
+	if err := s.Create(b, rel, false, byPath(func(real string) error { return os.WriteFile(real, []byte(data), 0o644) })); err != nil {
 		t.Fatal(err)
 	}
 }

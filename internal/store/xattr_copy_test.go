@@ -29,7 +29,6 @@ func TestCopyUpKeepsXattrsOrFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
 	if err := s.Fork(Main, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -38,9 +37,10 @@ func TestCopyUpKeepsXattrsOrFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := getXattr(p, "user.tag"); err != nil || string(v) != "kept" {
+	if v, err := s.getXattr(p, "user.tag"); err != nil || string(v) != "kept" {
 		t.Fatalf("copied-up xattr: %q, %v", v, err)
 	}
+	s.Close() // one store per base
 
 	// On ramfs the copy-up fails, and the branch still shows the base file.
 	dir := t.TempDir()
@@ -67,7 +67,7 @@ func TestCopyUpKeepsXattrsOrFails(t *testing.T) {
 	if data, err := os.ReadFile(res.Real); err != nil || string(data) != "base" {
 		t.Fatalf("after the failed copy-up a reads %q, %v", data, err)
 	}
-	if v, err := getXattr(res.Real, "user.tag"); err != nil || string(v) != "kept" {
+	if v, err := s2.getXattr(res.Real, "user.tag"); err != nil || string(v) != "kept" {
 		t.Fatalf("after the failed copy-up a's f has xattr %q, %v", v, err)
 	}
 }
