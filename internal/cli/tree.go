@@ -83,8 +83,8 @@ func (e *env) treeCreateCmd() *cobra.Command {
 		Use:   "create --base DIR",
 		Short: "Create a tree over a base directory",
 		Long: `Creates a tree whose root node is the base directory DIR (commits into the root
-land in DIR). Budgets default to the daemon's (8 live nodes, 8 GiB RAM, 32 GiB
-disk).`,
+land in DIR). Budgets default to the daemon's (8 live nodes, 8 GiB RAM, no disk
+limit: a --max-disk budget is exact, every write metered by the daemon).`,
 		Example: "  arbor tree create --base ~/src/app\n  arbor tree create --base ~/src/app --id t1 --max-live 4",
 		Args:    exactArgs(0, 0),
 	}
@@ -94,7 +94,7 @@ disk).`,
 	f.StringVar(&backend, "backend", "dir", "the backend: dir (files only)")
 	f.IntVar(&b.MaxLiveNodes, "max-live", 0, "budget: max live nodes (0: default)")
 	f.Int64Var(&b.MaxLiveRAMBytes, "max-ram", 0, "budget: max live RAM in bytes (0: default)")
-	f.Int64Var(&b.MaxDiskBytes, "max-disk", 0, "budget: max disk in bytes (0: default)")
+	f.Int64Var(&b.MaxDiskBytes, "max-disk", 0, "budget: max disk in bytes, enforced exactly (every write metered by the daemon); 0: no limit")
 	cmd.MarkFlagRequired("base")
 	cmd.MarkFlagDirname("base")
 	cmd.RegisterFlagCompletionFunc("backend", cobra.FixedCompletions([]string{"dir"}, cobra.ShellCompDirectiveNoFileComp))
@@ -302,9 +302,12 @@ func printNodes(w io.Writer, resp api.Response) {
 	}
 	tw.Flush()
 	if resp.Usage != nil && resp.Budget != nil {
-		fmt.Fprintf(w, "live %d/%d nodes, RAM %d/%d bytes, disk %d/%d bytes\n",
-			resp.Usage.LiveNodes, resp.Budget.MaxLiveNodes, resp.Usage.LiveRAMBytes, resp.Budget.MaxLiveRAMBytes,
-			resp.Usage.DiskBytes, resp.Budget.MaxDiskBytes)
+		disk := fmt.Sprintf("%d/%d bytes", resp.Usage.DiskBytes, resp.Budget.MaxDiskBytes)
+		if resp.Budget.MaxDiskBytes == 0 {
+			disk = fmt.Sprintf("%d bytes (no limit)", resp.Usage.DiskBytes)
+		}
+		fmt.Fprintf(w, "live %d/%d nodes, RAM %d/%d bytes, disk %s\n",
+			resp.Usage.LiveNodes, resp.Budget.MaxLiveNodes, resp.Usage.LiveRAMBytes, resp.Budget.MaxLiveRAMBytes, disk)
 	}
 }
 

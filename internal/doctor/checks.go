@@ -597,3 +597,20 @@ func (h *host) openFilesLimit() (soft, hard string, err error) {
 	}
 	return "", "", errors.New("no Max open files line")
 }
+
+// checkProtectedHardlinks: the store walks a base's paths refusing
+// symlinks (openat2 RESOLVE_NO_SYMLINKS); a hard link a user makes in a
+// base they can write to a file they do not own is refused by the kernel
+// only with fs.protected_hardlinks=1.
+func checkProtectedHardlinks(_ context.Context, h *host) Check {
+	use := "a user who can write a base could otherwise hard-link another user's file into it, and a commit or a copy-up would act on that file"
+	switch v := h.readTrim("/proc/sys/fs/protected_hardlinks"); v {
+	case "1":
+		return ok("fs.protected_hardlinks = 1: no hard links to other users' files (" + use + ")")
+	case "":
+		return warn("cannot read /proc/sys/fs/protected_hardlinks; "+use, "sysctl -w fs.protected_hardlinks=1")
+	default:
+		return warn("fs.protected_hardlinks = "+v+": "+use+"; admit no untrusted user and mount no base an untrusted user can write",
+			"sysctl -w fs.protected_hardlinks=1 (and fs.protected_hardlinks = 1 in /etc/sysctl.d/)")
+	}
+}

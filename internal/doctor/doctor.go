@@ -133,6 +133,7 @@ var checks = []struct {
 	{"qemu", checkQEMU},
 	{"reflink", checkReflink},
 	{"open_files", checkOpenFiles},
+	{"protected_hardlinks", checkProtectedHardlinks},
 }
 
 // Run checks every capability of h. It changes nothing on the host but for

@@ -114,6 +114,7 @@ func modern() *fakeHost {
 			"proc/sys/kernel/seccomp/actions_avail":                   text("kill_process kill_thread trap errno user_notif trace log allow\n"),
 			"proc/cpuinfo":                                            text("processor\t: 0\nflags\t\t: fpu vme de pse msr vmx sse2\n\nprocessor\t: 1\nflags\t\t: fpu vmx\n"),
 			"proc/self/limits":                                        text("Limit                     Soft Limit           Hard Limit           Units\nMax open files            1048576              1048576              files\n"),
+			"proc/sys/fs/protected_hardlinks":                         text("1\n"),
 			"sys/fs/cgroup/cgroup.controllers":                        text("cpuset cpu io memory hugetlb pids rdma misc\n"),
 			"sys/fs/cgroup/cgroup.procs":                              text(""),
 			"sys/fs/cgroup/system.slice/cgroup.procs":                 text(""),
@@ -214,12 +215,13 @@ func TestChecks(t *testing.T) {
 			"fusectl":          {status: OK}, "fuse_io_uring": {status: OK},
 			"cgroup":  {status: OK, contains: []string{"cgroup2 at /sys/fs/cgroup with controllers cpuset cpu io memory", "cgroup.kill and cgroup.freeze"}},
 			"ns_user": {status: OK}, "ns_pid": {status: OK}, "ns_net": {status: OK}, "ns_mount": {status: OK},
-			"landlock":   {status: OK, contains: []string{"ABI 6", "TCP bind and connect"}},
-			"seccomp":    {status: OK},
-			"kvm":        {status: OK, contains: []string{"VMX, kvm_intel"}},
-			"qemu":       {status: OK, contains: []string{"8.2.2"}},
-			"reflink":    {status: OK, contains: []string{"btrfs at /var/lib/arbor clones"}},
-			"open_files": {status: OK, contains: []string{"hard 1048576"}},
+			"landlock":            {status: OK, contains: []string{"ABI 6", "TCP bind and connect"}},
+			"seccomp":             {status: OK},
+			"kvm":                 {status: OK, contains: []string{"VMX, kvm_intel"}},
+			"qemu":                {status: OK, contains: []string{"8.2.2"}},
+			"reflink":             {status: OK, contains: []string{"btrfs at /var/lib/arbor clones"}},
+			"open_files":          {status: OK, contains: []string{"hard 1048576"}},
+			"protected_hardlinks": {status: OK, contains: []string{"fs.protected_hardlinks = 1"}},
 		}},
 		{name: "this machine", host: thisMachine, want: map[string]want{
 			"kernel":        {status: OK, contains: []string{"6.18.44-fc-v669"}},
@@ -568,6 +570,11 @@ func TestChecks(t *testing.T) {
 			f.files["proc/self/limits"] = text("Limit                     Soft Limit           Hard Limit           Units\nMax open files            1024                 4096                 files\n")
 			return f
 		}, want: map[string]want{"open_files": {status: Warn, contains: []string{"soft 1024, hard 4096"}, fix: "ulimit -Hn"}}},
+		{name: "hard links to other users' files allowed", host: func() *fakeHost {
+			f := modern()
+			f.files["proc/sys/fs/protected_hardlinks"] = text("0\n")
+			return f
+		}, want: map[string]want{"protected_hardlinks": {status: Warn, contains: []string{"= 0", "hard-link another user's file"}, fix: "sysctl -w fs.protected_hardlinks=1"}}},
 		{name: "no /proc/self/limits", host: func() *fakeHost {
 			f := modern()
 			delete(f.files, "proc/self/limits")

@@ -86,7 +86,7 @@ func NormalizeBudget(b api.Budget) (api.Budget, error) {
 		b.MaxLiveRAMBytes = api.DefaultBudget.MaxLiveRAMBytes
 	}
 	if b.MaxDiskBytes == 0 {
-		b.MaxDiskBytes = api.DefaultBudget.MaxDiskBytes
+		b.MaxDiskBytes = api.DefaultBudget.MaxDiskBytes // none: 0 stays "no limit"
 	}
 	return b, nil
 }

@@ -352,7 +352,7 @@ func (t *Tree) planFork(verb string, now time.Time, source string, labels []stri
 	before := t.Usage()
 	b := t.budget
 	addDisk := each.DiskBytes * int64(len(labels))
-	if addDisk/int64(len(labels)) != each.DiskBytes || before.DiskBytes+addDisk > b.MaxDiskBytes || before.DiskBytes+addDisk < 0 {
+	if addDisk/int64(len(labels)) != each.DiskBytes || (b.MaxDiskBytes > 0 && before.DiskBytes+addDisk > b.MaxDiskBytes) || before.DiskBytes+addDisk < 0 {
 		return nil, api.Errorf(api.ErrBudget, "%s: disk %d+%d > max %d bytes; eviction frees no disk", what, before.DiskBytes, addDisk, b.MaxDiskBytes)
 	}
 	if len(labels) > b.MaxLiveNodes {

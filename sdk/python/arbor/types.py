@@ -14,7 +14,7 @@ def _opt_str(v: Any) -> str | None:
 
 @dataclass(frozen=True)
 class Budget:
-    """A tree's limits; 0 means the daemon's default (8 live nodes, 8 GiB RAM, 32 GiB disk)."""
+    """A tree's limits; 0 means the daemon's default (8 live nodes, 8 GiB RAM, no disk limit)."""
 
     max_live_nodes: int = 0
     max_live_ram_bytes: int = 0
