@@ -21,7 +21,9 @@ import (
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
 	"github.com/arbor-dev/arbor/internal/lineapi"
+	"github.com/arbor-dev/arbor/internal/mcpserver"
 	"github.com/arbor-dev/arbor/internal/metrics"
+	"github.com/arbor-dev/arbor/internal/webui"
 	"github.com/arbor-dev/arbor/internal/workspace"
 )
 
@@ -150,7 +152,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 		cleanups = append(cleanups, func() { audit.Close() })
-		hs, err := httpapi.New(httpapi.Config{Addr: cfg.HTTPAddr, Token: cfg.Token, Handler: h, Metrics: m, AuditLog: audit, Logger: log, Version: Version})
+		ms, err := mcpserver.New(mcpserver.Config{Handler: h, Version: Version, Logger: log})
+		if err != nil {
+			return err
+		}
+		cleanups = append(cleanups, func() { ms.Close() })
+		hs, err := httpapi.New(httpapi.Config{Addr: cfg.HTTPAddr, Token: cfg.Token, Handler: h, Metrics: m, AuditLog: audit, Logger: log, Version: Version,
+			MCP: ms.HTTPHandler(), UI: webui.Handler()})
 		if err != nil {
 			return err
 		}

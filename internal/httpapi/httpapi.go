@@ -64,6 +64,10 @@ type Config struct {
 	// in the kernel's listen backlog, holding no descriptor of the daemon
 	// (its mounts and stores keep theirs). 0 means DefaultMaxConns.
 	MaxConns int
+	// MCP serves /mcp behind the token (the MCP server's streamable HTTP);
+	// UI serves /ui/, which alone with /healthz needs no token (the web
+	// view's static files: the page asks for the token). nil serves none.
+	MCP, UI http.Handler
 }
 
 // DefaultMaxConns is the HTTP face's default connection cap.
@@ -124,6 +128,12 @@ func New(cfg Config) (*Server, error) {
 	s.token = sha256.Sum256([]byte(cfg.Token))
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.method+" "+rt.pattern, rt.h)
+	}
+	if cfg.MCP != nil {
+		s.mux.Handle("/mcp", cfg.MCP)
+	}
+	if cfg.UI != nil {
+		s.mux.Handle("GET /ui/", cfg.UI)
 	}
 	return s, nil
 }
@@ -248,7 +258,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.audit(r, rec, time.Since(start))
 	}()
-	if r.URL.Path != "/healthz" && !s.authorized(r) {
+	public := r.URL.Path == "/healthz" || s.cfg.UI != nil && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/"))
+	if !public && !s.authorized(r) {
 		rec.Header().Set("WWW-Authenticate", `Bearer realm="arbord"`)
 		writeError(rec, api.Errorf(api.ErrAuth, "missing or wrong bearer token"))
 		s.cfg.Metrics.Observe(metrics.FaceHTTP, metrics.OpUnknown, api.CodeAuth, time.Since(start))

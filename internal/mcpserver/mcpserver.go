@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/client"
 	"github.com/arbor-dev/arbor/internal/access"
 )
 
@@ -189,4 +190,20 @@ func codeMeta(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return res, err
 	}
+}
+
+// Socket is a Handler over the daemon's socket, for `arbor mcp`: the
+// daemon owns the stores, so a stdio server in another process reaches
+// the engine through the socket face (and the daemon checks that
+// process's credentials there).
+type Socket struct{ Client *client.Client }
+
+// Do sends one request over the socket.
+func (h Socket) Do(ctx context.Context, req api.Request) (api.Response, error) {
+	return h.Client.Do(ctx, req)
+}
+
+// Watch opens a watch over the socket.
+func (h Socket) Watch(ctx context.Context, treeID string) (api.Response, <-chan api.Event, error) {
+	return h.Client.WatchSnapshot(ctx, treeID)
 }
