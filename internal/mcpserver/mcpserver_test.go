@@ -1,0 +1,400 @@
+package mcpserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/daemon"
+	"github.com/arbor-dev/arbor/internal/fusemount"
+	"github.com/arbor-dev/arbor/internal/mcpserver"
+	"github.com/arbor-dev/arbor/internal/testenv"
+)
+
+const token = "mcp-test-token"
+
+// arbord is a real daemon (socket and HTTP face) over a fresh home.
+type arbord struct {
+	home, base, addr string
+}
+
+func (d arbord) socket() string { return filepath.Join(d.home, "arbord.sock") }
+
+// startDaemon runs arbord in-process until the test ends.
+func startDaemon(t *testing.T) arbord {
+	t.Helper()
+	testenv.NeedFUSE(t)
+	dir, err := os.MkdirTemp("", "arbor-mcp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := arbord{home: filepath.Join(dir, "home"), base: filepath.Join(dir, "base")}
+	if err := os.MkdirAll(d.base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.base, "main.go"), []byte("package main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.addr = ln.Addr().String()
+	ln.Close()
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, daemon.Config{Home: d.home, HTTPAddr: d.addr, Token: token, Ready: ready})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("daemon: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("the daemon did not stop within 30s")
+		}
+		ms := fusemount.Under(dir)
+		for i := len(ms) - 1; i >= 0; i-- {
+			fusemount.Detach(ms[i].Point)
+		}
+		os.RemoveAll(dir)
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("daemon: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the daemon was not ready within 20s")
+	}
+	return d
+}
+
+// bearer adds the token to every request.
+type bearer struct{ rt http.RoundTripper }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+token)
+	return b.rt.RoundTrip(r)
+}
+
+// transports are the two ways an agent reaches the server.
+var transports = []struct {
+	name    string
+	connect func(t *testing.T, d arbord, c *mcp.Client) *mcp.ClientSession
+}{
+	{"stdio", func(t *testing.T, d arbord, c *mcp.Client) *mcp.ClientSession {
+		// What `arbor mcp` runs: the server in its own process, over the
+		// daemon's socket, on a pipe for stdio.
+		cl := client.New(d.socket())
+		t.Cleanup(func() { cl.Close() })
+		srv, err := mcpserver.New(mcpserver.Config{Handler: mcpserver.Socket{Client: cl}, Version: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, ct := mcp.NewInMemoryTransports()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ctx, st) }()
+		t.Cleanup(func() {
+			cancel()
+			<-done
+			srv.Close()
+		})
+		cs, err := c.Connect(t.Context(), ct, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}},
+	{"http", func(t *testing.T, d arbord, c *mcp.Client) *mcp.ClientSession {
+		hc := &http.Client{Transport: bearer{http.DefaultTransport}}
+		cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + d.addr + "/mcp", HTTPClient: hc}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}},
+}
+
+// agent calls tools the way a scripted agent would.
+type agent struct {
+	t  *testing.T
+	cs *mcp.ClientSession
+}
+
+// call calls a tool that must succeed and decodes its structured output.
+func (a agent) call(name string, args any, out any) {
+	a.t.Helper()
+	res, err := a.cs.CallTool(a.t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		a.t.Fatalf("%s: protocol error: %v", name, err)
+	}
+	if res.IsError {
+		a.t.Fatalf("%s: tool error: %s", name, text(res))
+	}
+	if out != nil {
+		b, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(b, out); err != nil {
+			a.t.Fatalf("%s: output %s: %v", name, b, err)
+		}
+	}
+}
+
+// fail calls a tool that must fail with a tool error of code.
+func (a agent) fail(name string, args any, code string) string {
+	a.t.Helper()
+	res, err := a.cs.CallTool(a.t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		a.t.Fatalf("%s: a protocol error, want a tool error %s: %v", name, code, err)
+	}
+	msg := text(res)
+	if !res.IsError {
+		a.t.Fatalf("%s: succeeded (%s), want the tool error %s", name, msg, code)
+	}
+	if got := res.Meta[mcpserver.MetaCode]; got != code {
+		a.t.Errorf("%s: _meta code %v, want %s (%s)", name, got, code, msg)
+	}
+	if !strings.HasPrefix(msg, code+": ") {
+		a.t.Errorf("%s: error text %q does not start with %q", name, msg, code+": ")
+	}
+	return msg
+}
+
+func text(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// TestScriptedAgent is the issue's agent over both transports against a
+// real daemon: it forks three branches, writes in each, commits one, sees
+// the others stale (by the commit's reply, the nodes tool and the
+// subscribed resource), and meets our codes as tool errors.
+func TestScriptedAgent(t *testing.T) {
+	d := startDaemon(t)
+	for i, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			updated := make(chan string, 64)
+			c := mcp.NewClient(&mcp.Implementation{Name: "scripted-agent", Version: "1"}, &mcp.ClientOptions{
+				ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
+					updated <- r.Params.URI
+				},
+			})
+			cs := tr.connect(t, d, c)
+			defer cs.Close()
+			a := agent{t, cs}
+
+			tools, err := cs.ListTools(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, tl := range tools.Tools {
+				names = append(names, tl.Name)
+				if tl.Description == "" || tl.InputSchema == nil || tl.OutputSchema == nil {
+					t.Errorf("tool %s: description, input or output schema missing", tl.Name)
+				}
+			}
+			for _, want := range []string{"create_tree", "list_trees", "nodes", "fork", "commit", "abort", "rollback", "protect", "unprotect", "prune", "suspend", "resume", "diff", "exec", "read_file", "write_file", "list_files"} {
+				if !slices.Contains(names, want) {
+					t.Errorf("no tool %s (have %v)", want, names)
+				}
+			}
+
+			// A tree per transport: one store per base, so each its own base.
+			base := filepath.Join(d.base, tr.name)
+			if err := os.MkdirAll(base, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			var tree mcpserver.CreateTreeOut
+			a.call("create_tree", map[string]any{"base": base, "tree_id": fmt.Sprintf("agent%d", i), "max_live_nodes": 16}, &tree)
+			if tree.Root == "" {
+				t.Fatalf("create_tree gave no root: %+v", tree)
+			}
+			uri := mcpserver.NodesURI(tree.TreeID)
+			subscribed := make(chan error, 1)
+			go func() { subscribed <- cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: uri}) }()
+			select { // the legacy protocol returns at once; the newer one holds a listen stream open
+			case err := <-subscribed:
+				if err != nil {
+					t.Fatalf("subscribe: %v", err)
+				}
+			case <-time.After(500 * time.Millisecond):
+			}
+
+			var fork mcpserver.ForkOut
+			a.call("fork", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "labels": []string{"retry", "rewrite", "skip"}}, &fork)
+			if len(fork.Forks) != 3 {
+				t.Fatalf("fork made %d children, want 3: %+v", len(fork.Forks), fork)
+			}
+			waitUpdate(t, updated, uri)
+			for _, f := range fork.Forks {
+				if f.Path == "" {
+					t.Fatalf("fork %s has no path", f.NodeID)
+				}
+				// Write in each branch through its path (the dir backend's files).
+				if err := os.WriteFile(filepath.Join(f.Path, "strategy.txt"), []byte(f.Label+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			winner, losers := fork.Forks[1], []string{fork.Forks[0].NodeID, fork.Forks[2].NodeID}
+			var commit mcpserver.CommitOut
+			a.call("commit", map[string]any{"tree_id": tree.TreeID, "node_id": winner.NodeID}, &commit)
+			if commit.Parent != tree.Root {
+				t.Errorf("commit went into %s, want the root %s", commit.Parent, tree.Root)
+			}
+			slices.Sort(commit.Stale)
+			slices.Sort(losers)
+			if !slices.Equal(commit.Stale, losers) {
+				t.Errorf("stale after the commit: %v, want %v", commit.Stale, losers)
+			}
+			if b, err := os.ReadFile(filepath.Join(base, "strategy.txt")); err != nil || string(b) != "rewrite\n" {
+				t.Errorf("base after the commit: %q, %v; want the winner's file", b, err)
+			}
+			waitUpdate(t, updated, uri)
+
+			var nodes mcpserver.NodesOut
+			a.call("nodes", map[string]any{"tree_id": tree.TreeID}, &nodes)
+			states := map[string]string{}
+			for _, n := range nodes.Nodes {
+				states[n.ID] = n.State
+			}
+			for _, id := range losers {
+				if states[id] != api.StateStale {
+					t.Errorf("node %s is %q, want stale (nodes: %v)", id, states[id], states)
+				}
+			}
+			if nodes.Budget.MaxLiveNodes != 16 || nodes.Usage.TotalNodes != len(nodes.Nodes) {
+				t.Errorf("usage %+v budget %+v for %d nodes", nodes.Usage, nodes.Budget, len(nodes.Nodes))
+			}
+			// The resource says the same.
+			rr, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: uri})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res mcpserver.NodesOut
+			if err := json.Unmarshal([]byte(rr.Contents[0].Text), &res); err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Nodes) != len(nodes.Nodes) {
+				t.Errorf("resource has %d nodes, the tool %d", len(res.Nodes), len(nodes.Nodes))
+			}
+
+			// Our codes, as tool errors.
+			a.fail("commit", map[string]any{"tree_id": tree.TreeID, "node_id": losers[0]}, api.CodeStale)
+			a.fail("nodes", map[string]any{"tree_id": "no-such-tree"}, api.CodeNotFound)
+			a.fail("fork", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "count": 40}, api.CodeBudget)
+			a.fail("fork", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "count": -1}, api.CodeBadRequest)
+			a.fail("fork", map[string]any{"node_id": tree.Root}, api.CodeBadRequest) // tree_id missing: the schema refuses it
+			a.fail("protect", map[string]any{"tree_id": tree.TreeID, "node_id": losers[1]}, api.CodeState)
+			var keep mcpserver.ForkOut
+			a.call("fork", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "count": 1}, &keep)
+			kept := map[string]any{"tree_id": tree.TreeID, "node_id": keep.Forks[0].NodeID}
+			a.call("protect", kept, nil)
+			a.fail("prune", kept, api.CodeProtected)
+			a.call("unprotect", kept, nil)
+			a.call("suspend", kept, nil)
+			var resumed mcpserver.DoneOut
+			a.call("resume", kept, &resumed)
+			if resumed.Path == "" {
+				t.Errorf("resume gave no path: %+v", resumed)
+			}
+			var again mcpserver.ForkOut
+			a.call("rollback", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "label": "again"}, &again)
+			if len(again.Forks) != 1 || again.Forks[0].Label != "again" {
+				t.Errorf("rollback: %+v", again)
+			}
+			a.call("prune", kept, nil)
+			for _, id := range losers {
+				a.call("abort", map[string]any{"tree_id": tree.TreeID, "node_id": id}, nil)
+			}
+			// exec and files wait for the sandbox seam.
+			node := map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root}
+			for name, args := range map[string]map[string]any{
+				"exec":       {"argv": []string{"true"}},
+				"read_file":  {"path": "main.go"},
+				"write_file": {"path": "x", "content": "y"},
+				"list_files": {"path": ""},
+				"diff":       {},
+			} {
+				maps := map[string]any{}
+				for k, v := range node {
+					maps[k] = v
+				}
+				for k, v := range args {
+					maps[k] = v
+				}
+				a.fail(name, maps, mcpserver.CodeNotSupported)
+			}
+			var trees mcpserver.TreesOut
+			a.call("list_trees", map[string]any{}, &trees)
+			if !slices.ContainsFunc(trees.Trees, func(tr api.Tree) bool { return tr.ID == tree.TreeID }) {
+				t.Errorf("list_trees lacks %s: %+v", tree.TreeID, trees)
+			}
+			if err := cs.Unsubscribe(t.Context(), &mcp.UnsubscribeParams{URI: uri}); err != nil {
+				t.Errorf("unsubscribe: %v", err)
+			}
+		})
+	}
+}
+
+func waitUpdate(t *testing.T, updated <-chan string, uri string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-updated:
+			if got == uri {
+				for len(updated) > 0 { // the rest of the burst
+					<-updated
+				}
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no resources/updated for %s within 10s", uri)
+		}
+	}
+}
+
+// TestHTTPNeedsToken: /mcp is behind the HTTP face's token.
+func TestHTTPNeedsToken(t *testing.T) {
+	d := startDaemon(t)
+	c := mcp.NewClient(&mcp.Implementation{Name: "no-token", Version: "1"}, nil)
+	_, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + d.addr + "/mcp", MaxRetries: -1}, nil)
+	if err == nil {
+		t.Fatal("connected to /mcp without the token")
+	}
+	res, err := http.Post("http://"+d.addr+"/mcp", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("POST /mcp without the token: %s, want 401", res.Status)
+	}
+	audit, err := os.ReadFile(filepath.Join(d.home, "audit.log"))
+	if err != nil || !strings.Contains(string(audit), `"path":"/mcp"`) {
+		t.Errorf("the audit log has no /mcp line: %v\n%s", err, audit)
+	}
+}
