@@ -123,7 +123,7 @@ otherwise).`,
 	t := e.treeCmd()
 	t.GroupID = "tree"
 	root.AddCommand(t)
-	for _, c := range []*cobra.Command{e.daemonCmd(), e.doctorCmd(), e.demoCmd(), e.benchCmd(), e.pingCmd(), e.versionCmd()} {
+	for _, c := range []*cobra.Command{e.daemonCmd(), e.doctorCmd(), e.demoCmd(), e.benchCmd(), e.mcpCmd(), e.pingCmd(), e.versionCmd()} {
 		c.GroupID = "other"
 		root.AddCommand(c)
 	}
