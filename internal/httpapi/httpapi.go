@@ -258,7 +258,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.audit(r, rec, time.Since(start))
 	}()
-	public := r.URL.Path == "/healthz" || s.cfg.UI != nil && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/"))
+	public := r.URL.Path == "/healthz" ||
+		s.cfg.UI != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/"))
 	if !public && !s.authorized(r) {
 		rec.Header().Set("WWW-Authenticate", `Bearer realm="arbord"`)
 		writeError(rec, api.Errorf(api.ErrAuth, "missing or wrong bearer token"))

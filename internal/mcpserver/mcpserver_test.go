@@ -82,6 +82,17 @@ func startDaemon(t *testing.T) arbord {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the daemon was not ready within 20s")
 	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		// Ready says the socket accepts; the HTTP face starts beside it.
+		res, err := http.Get("http://" + d.addr + "/healthz")
+		if err == nil {
+			res.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the HTTP face did not answer within 10s: %v", err)
+		}
+	}
 	return d
 }
 

@@ -1,0 +1,380 @@
+package webui_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/daemon"
+	"github.com/arbor-dev/arbor/internal/fusemount"
+	"github.com/arbor-dev/arbor/internal/testenv"
+)
+
+const token = "webui-test-token"
+
+// ChromiumPath is Debian's chromium (scripts/setup.sh installs it).
+const ChromiumPath = "/usr/bin/chromium"
+
+// arbord is a real daemon with its HTTP face over a fresh home, and a
+// client of its socket.
+type arbord struct {
+	home, base, url string
+	cl              *client.Client
+}
+
+func startDaemon(tb testing.TB) arbord {
+	tb.Helper()
+	testenv.NeedFUSE(tb)
+	dir, err := os.MkdirTemp("", "arbor-webui-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d := arbord{home: filepath.Join(dir, "home"), base: filepath.Join(dir, "base")}
+	if err := os.MkdirAll(d.base, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.base, "README"), []byte("base\n"), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	d.url = "http://" + addr
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, daemon.Config{Home: d.home, HTTPAddr: addr, Token: token, Ready: ready})
+	}()
+	tb.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				tb.Errorf("daemon: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			tb.Errorf("the daemon did not stop within 30s")
+		}
+		ms := fusemount.Under(dir)
+		for i := len(ms) - 1; i >= 0; i-- {
+			fusemount.Detach(ms[i].Point)
+		}
+		os.RemoveAll(dir)
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		tb.Fatalf("daemon: %v", err)
+	case <-time.After(20 * time.Second):
+		tb.Fatal("the daemon was not ready within 20s")
+	}
+	waitHTTP(tb, d.url)
+	d.cl = client.New(filepath.Join(d.home, "arbord.sock"))
+	tb.Cleanup(func() { d.cl.Close() })
+	return d
+}
+
+// browser starts headless chromium with the flags this closed network
+// needs (without them chromium waits on connections it cannot make) and
+// a fresh profile; it skips, or fails under ARBOR_TEST_REQUIRE, when
+// chromium is not installed.
+func browser(tb testing.TB) context.Context {
+	tb.Helper()
+	if _, err := exec.LookPath(ChromiumPath); err != nil {
+		testenv.Missing(tb, testenv.Chromium, "needs Debian's chromium at "+ChromiumPath+" (scripts/setup.sh installs it): "+err.Error())
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(ChromiumPath),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.UserDataDir(tb.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelB := chromedp.NewContext(actx)
+	tb.Cleanup(func() { cancelB(); cancelA() })
+	// Start the browser now, so a broken one fails here with its reason
+	// (on ctx itself: the first call's context is the browser's lifetime).
+	if err := chromedp.Do(ctx); err != nil {
+		tb.Fatalf("starting chromium: %v", err)
+	}
+	return ctx
+}
+
+// run runs browser actions with a deadline.
+func run(tb testing.TB, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		tb.Fatalf("%s: %v", what, err)
+	}
+}
+
+func row(id string) string { return fmt.Sprintf(`#rows [data-node-id=%q]`, id) }
+
+// waitJS polls a JS expression in the page until it is true.
+func waitJS(tb testing.TB, ctx context.Context, what, expr string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(10*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+		tb.Fatalf("%s: %v", what, err)
+	}
+}
+
+// login opens the page, gives the token, and waits for the root's row.
+func login(tb testing.TB, ctx context.Context, d arbord, tree, root string) {
+	tb.Helper()
+	run(tb, ctx, "load the page and give the token",
+		chromedp.Navigate(d.url+"/ui/#tree="+tree),
+		chromedp.WaitVisible(chromedp.CSS(`#token-input`)),
+		chromedp.SendKeys(chromedp.CSS(`#token-input`), token),
+		chromedp.Click(chromedp.CSS(`#token-save`)),
+		chromedp.WaitVisible(chromedp.CSS(row(root))),
+	)
+}
+
+func nodeStates(tb testing.TB, d arbord, tree string) map[string]api.Node {
+	tb.Helper()
+	r, err := d.cl.Nodes(context.Background(), tree)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]api.Node{}
+	for _, n := range r.Nodes {
+		out[n.ID] = n
+	}
+	return out
+}
+
+// TestLiveView loads the page against a real daemon in headless chromium
+// and watches it follow the tree without a reload: forks appear, a commit
+// makes the siblings stale and its child go, a prune removes a subtree, a
+// batch of 50 forks arrives, the budget bars move; actions clicked on the
+// page (with their confirmation) are done by the daemon; a reload keeps
+// the token. It saves a screenshot (in $ARBOR_ARTIFACTS when set).
+func TestLiveView(t *testing.T) {
+	d := startDaemon(t)
+	ctx := browser(t)
+	bg := context.Background()
+	r, err := d.cl.Do(bg, api.Request{Op: api.OpTreeCreate, TreeID: "t1", Base: d.base, Budget: &api.Budget{MaxLiveNodes: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := r.Root
+
+	// The page without the token is only the form; the data routes refuse it.
+	res, err := http.Get(d.url + "/v1/trees")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET /v1/trees without the token: %s", res.Status)
+	}
+	login(t, ctx, d, "t1", root)
+	waitJS(t, ctx, "the budget bars", `document.querySelector('[data-meter="live nodes"]')?.textContent.includes("1 of 64")`)
+
+	forks, _, err := d.cl.ForkBatch(bg, "t1", root, []string{"retry", "rewrite", "skip"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range forks {
+		run(t, ctx, "fork "+f.NodeID+" appears", chromedp.WaitVisible(chromedp.CSS(row(f.NodeID))))
+	}
+	waitJS(t, ctx, "the label is drawn", fmt.Sprintf(`document.querySelector(%q)?.textContent.includes("rewrite")`, row(forks[1].NodeID)))
+	waitJS(t, ctx, "live nodes 4", `document.querySelector('[data-meter="live nodes"]').textContent.includes("4 of 64")`)
+
+	if err := os.WriteFile(filepath.Join(forks[1].Path, "fix.txt"), []byte("fixed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.cl.Commit(bg, "t1", forks[1].NodeID); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []api.Fork{forks[0], forks[2]} {
+		waitJS(t, ctx, f.NodeID+" turns stale", fmt.Sprintf(`document.querySelector(%q)?.dataset.state === "stale"`, row(f.NodeID)))
+	}
+	waitJS(t, ctx, "the committed child goes", fmt.Sprintf(`!document.querySelector(%q)`, row(forks[1].NodeID)))
+
+	if err := d.cl.Prune(bg, "t1", forks[0].NodeID); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the pruned node goes", fmt.Sprintf(`!document.querySelector(%q)`, row(forks[0].NodeID)))
+
+	// A fork_batch of 50 arrives without a reload.
+	labels := make([]string, 50)
+	for i := range labels {
+		labels[i] = fmt.Sprintf("b%02d", i)
+	}
+	batch, _, err := d.cl.ForkBatch(bg, "t1", root, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "50 more nodes", fmt.Sprintf(`window.__arbor.states[%q] !== undefined`, batch[49].NodeID))
+	nr, err := d.cl.Nodes(bg, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := fmt.Sprintf("live nodes: %d of 64", nr.Usage.LiveNodes)
+	waitJS(t, ctx, "the budget bar says "+live, fmt.Sprintf(`document.querySelector('[data-meter="live nodes"]').textContent.includes(%q)`, live))
+
+	// Actions on the page: select a node, click, confirm; the daemon does it.
+	stale := forks[2].NodeID
+	run(t, ctx, "protect the root from the page",
+		chromedp.Click(chromedp.CSS(row(root))),
+		chromedp.Click(chromedp.CSS(`#detail [data-action="protect"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
+		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+	)
+	waitJS(t, ctx, "the root shows protected", fmt.Sprintf(`document.querySelector(%q)?.dataset.protected === "true"`, row(root)))
+	if !nodeStates(t, d, "t1")[root].Protected {
+		t.Error("the page's protect did not protect the root")
+	}
+	run(t, ctx, "cancel a prune",
+		chromedp.Click(chromedp.CSS(row(stale))),
+		chromedp.Click(chromedp.CSS(`#detail [data-action="prune"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-cancel`)),
+		chromedp.Click(chromedp.CSS(`#confirm-cancel`)),
+	)
+	if _, ok := nodeStates(t, d, "t1")[stale]; !ok {
+		t.Fatal("a cancelled prune pruned")
+	}
+	run(t, ctx, "prune from the page",
+		chromedp.Click(chromedp.CSS(`#detail [data-action="prune"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
+		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+	)
+	waitJS(t, ctx, "the pruned row goes", fmt.Sprintf(`!document.querySelector(%q)`, row(stale)))
+	if _, ok := nodeStates(t, d, "t1")[stale]; ok {
+		t.Error("the page's prune did not prune")
+	}
+	run(t, ctx, "fork from the page with a label",
+		chromedp.Click(chromedp.CSS(row(root))),
+		chromedp.Click(chromedp.CSS(`#detail [data-action="fork"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-label`)),
+		chromedp.SendKeys(chromedp.CSS(`#confirm-label`), "from-page"),
+		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+	)
+	waitJS(t, ctx, "the page says it forked", `document.getElementById("status").textContent.startsWith("forked n")`)
+	all := mapValues(nodeStates(t, d, "t1"))
+	i := slices.IndexFunc(all, func(n api.Node) bool { return n.Label == "from-page" })
+	if i < 0 {
+		t.Fatal("the page's fork made no node labelled from-page")
+	}
+	made := all[i].ID
+	// Off screen under 50 siblings: scroll to the end and see it drawn.
+	waitJS(t, ctx, "the page's fork is drawn at the end", fmt.Sprintf(`(() => { const v = document.getElementById("viewport"); v.scrollTop = v.scrollHeight; v.dispatchEvent(new Event("scroll")); return !!document.querySelector(%q); })()`, row(made)))
+	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	saveArtifact(t, "webui.png", buf)
+
+	// The token is asked once: a reload finds it in the session.
+	run(t, ctx, "reload",
+		chromedp.Reload(),
+		chromedp.WaitVisible(chromedp.CSS(row(root))),
+	)
+	formHidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("token-form").hidden`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !formHidden {
+		t.Error("the token was asked again after a reload")
+	}
+}
+
+func mapValues(m map[string]api.Node) []api.Node {
+	var out []api.Node
+	for _, n := range m {
+		out = append(out, n)
+	}
+	return out
+}
+
+// saveArtifact writes b to $ARBOR_ARTIFACTS/name (CI keeps that
+// directory), or to the temporary directory.
+func saveArtifact(t *testing.T, name string, b []byte) {
+	dir := os.Getenv("ARBOR_ARTIFACTS")
+	if dir == "" {
+		dir = os.TempDir()
+		name = "arbor-" + name
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", p)
+}
+
+// TestUIRoutes: /ui is served without the token (the page holds no data),
+// with a strict CSP; /ui redirects to /ui/.
+func TestUIRoutes(t *testing.T) {
+	d := startDaemon(t)
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for path, want := range map[string]int{"/ui/": 200, "/ui/app.js": 200, "/ui/style.css": 200, "/ui": 307, "/ui/nope": 404} {
+		res, err := hc.Get(d.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("GET %s: %s, want %d", path, res.Status, want)
+		}
+		if want == 200 && !strings.Contains(res.Header.Get("Content-Security-Policy"), "script-src 'self'") {
+			t.Errorf("GET %s: CSP %q", path, res.Header.Get("Content-Security-Policy"))
+		}
+	}
+	res, err := hc.Post(d.url+"/ui/", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("POST /ui/ without the token: %s, want 401 (only GET is public)", res.Status)
+	}
+}
+
+// waitHTTP waits for the HTTP face: Ready says the socket accepts, and
+// the HTTP face starts beside it.
+func waitHTTP(tb testing.TB, url string) {
+	tb.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		res, err := http.Get(url + "/healthz")
+		if err == nil {
+			res.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the HTTP face did not answer within 10s: %v", err)
+		}
+	}
+}
