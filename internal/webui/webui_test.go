@@ -289,6 +289,21 @@ func TestLiveView(t *testing.T) {
 	made := all[i].ID
 	// Off screen under 50 siblings: scroll to the end and see it drawn.
 	waitJS(t, ctx, "the page's fork is drawn at the end", fmt.Sprintf(`(() => { const v = document.getElementById("viewport"); v.scrollTop = v.scrollHeight; v.dispatchEvent(new Event("scroll")); return !!document.querySelector(%q); })()`, row(made)))
+	// A refusal is shown with its code: prune a protected node from the page.
+	if err := d.cl.Protect(bg, "t1", made); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the fork shows protected", fmt.Sprintf(`document.querySelector(%q)?.dataset.protected === "true"`, row(made)))
+	run(t, ctx, "prune a protected node from the page",
+		chromedp.Click(chromedp.CSS(row(made))),
+		chromedp.Click(chromedp.CSS(`#detail [data-action="prune"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
+		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+	)
+	waitJS(t, ctx, "the refusal and its code", `document.getElementById("status").textContent.includes(": protected: ") && document.getElementById("status").classList.contains("error")`)
+	if _, ok := nodeStates(t, d, "t1")[made]; !ok {
+		t.Error("a protected node was pruned from the page")
+	}
 	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)

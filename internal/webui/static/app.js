@@ -205,15 +205,15 @@ function flatten() {
   if (state.nodes.has(state.root)) roots.push(state.root);
   for (const n of state.nodes.values()) if (!n.parent && n.id !== state.root) roots.push(n.id);
   // Iterative DFS: parents above children, a child under its parent.
-  const stack = roots.reverse().map((id) => [id, 0]);
+  const stack = roots.reverse().map((id) => [id, 0, true]);
   while (stack.length) {
-    const [id, depth] = stack.pop();
+    const [id, depth, last] = stack.pop();
     const n = state.nodes.get(id);
     if (!n) continue;
-    rows.push({ n, depth });
+    rows.push({ n, depth, last });
     if (state.collapsed.has(id)) continue;
     const kids = n.children || [];
-    for (let i = kids.length - 1; i >= 0; i--) stack.push([kids[i], depth + 1]);
+    for (let i = kids.length - 1; i >= 0; i--) stack.push([kids[i], depth + 1, i === kids.length - 1]);
   }
   return rows;
 }
@@ -259,13 +259,14 @@ function el(tag, cls, text) {
   return e;
 }
 
-function rowEl({ n, depth }, t) {
+function rowEl({ n, depth, last }, t) {
   const row = el("div", "row node" + (n.id === state.selected ? " selected" : ""));
   row.dataset.nodeId = n.id;
   row.dataset.state = n.state;
   row.dataset.protected = n.protected ? "true" : "false";
   const name = el("span", "name");
-  name.style.paddingLeft = depth * 16 + "px";
+  name.style.paddingLeft = Math.max(0, depth - 1) * 16 + "px";
+  if (depth > 0) name.append(el("span", "tee", last ? "└" : "├"));
   const kids = (n.children || []).length;
   const tog = el("span", "toggle", kids ? (state.collapsed.has(n.id) ? "▸" : "▾") : "");
   if (kids) {
