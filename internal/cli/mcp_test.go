@@ -4,17 +4,13 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/arbor-dev/arbor/internal/daemon"
-	"github.com/arbor-dev/arbor/internal/fusemount"
-	"github.com/arbor-dev/arbor/internal/testenv"
+	"github.com/arbor-dev/arbor/internal/daemontest"
 )
 
 // TestMCPCommand runs `arbor mcp` with its stdin and stdout on pipes, and
@@ -22,36 +18,8 @@ import (
 // socket, serves the tools, writes nothing but the protocol on stdout, and
 // exits 0 when the client closes stdin.
 func TestMCPCommand(t *testing.T) {
-	testenv.NeedFUSE(t)
-	dir, err := os.MkdirTemp("", "arbor-cli-mcp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	home, base := filepath.Join(dir, "home"), filepath.Join(dir, "base")
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- daemon.Run(ctx, daemon.Config{Home: home, Ready: ready}) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon: %v", err)
-		}
-		ms := fusemount.Under(dir)
-		for i := len(ms) - 1; i >= 0; i-- {
-			fusemount.Detach(ms[i].Point)
-		}
-		os.RemoveAll(dir)
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatal(err)
-	}
-
+	d := daemontest.Start(t, false)
+	home, base := d.Home, d.Base
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	var stderr bytes.Buffer

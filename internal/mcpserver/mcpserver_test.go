@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,84 +16,13 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
-	"github.com/arbor-dev/arbor/internal/daemon"
-	"github.com/arbor-dev/arbor/internal/fusemount"
+	"github.com/arbor-dev/arbor/internal/daemontest"
 	"github.com/arbor-dev/arbor/internal/mcpserver"
-	"github.com/arbor-dev/arbor/internal/testenv"
 )
 
-const token = "mcp-test-token"
+const token = daemontest.Token
 
-// arbord is a real daemon (socket and HTTP face) over a fresh home.
-type arbord struct {
-	home, base, addr string
-}
-
-func (d arbord) socket() string { return filepath.Join(d.home, "arbord.sock") }
-
-// startDaemon runs arbord in-process until the test ends.
-func startDaemon(t *testing.T) arbord {
-	t.Helper()
-	testenv.NeedFUSE(t)
-	dir, err := os.MkdirTemp("", "arbor-mcp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := arbord{home: filepath.Join(dir, "home"), base: filepath.Join(dir, "base")}
-	if err := os.MkdirAll(d.base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(d.base, "main.go"), []byte("package main\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.addr = ln.Addr().String()
-	ln.Close()
-	ready := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- daemon.Run(ctx, daemon.Config{Home: d.home, HTTPAddr: d.addr, Token: token, Ready: ready})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("daemon: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("the daemon did not stop within 30s")
-		}
-		ms := fusemount.Under(dir)
-		for i := len(ms) - 1; i >= 0; i-- {
-			fusemount.Detach(ms[i].Point)
-		}
-		os.RemoveAll(dir)
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("daemon: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("the daemon was not ready within 20s")
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		// Ready says the socket accepts; the HTTP face starts beside it.
-		res, err := http.Get("http://" + d.addr + "/healthz")
-		if err == nil {
-			res.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the HTTP face did not answer within 10s: %v", err)
-		}
-	}
-	return d
-}
+func startDaemon(t *testing.T) daemontest.Daemon { return daemontest.Start(t, true) }
 
 // bearer adds the token to every request.
 type bearer struct{ rt http.RoundTripper }
@@ -108,12 +36,12 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // transports are the two ways an agent reaches the server.
 var transports = []struct {
 	name    string
-	connect func(t *testing.T, d arbord, c *mcp.Client) *mcp.ClientSession
+	connect func(t *testing.T, d daemontest.Daemon, c *mcp.Client) *mcp.ClientSession
 }{
-	{"stdio", func(t *testing.T, d arbord, c *mcp.Client) *mcp.ClientSession {
+	{"stdio", func(t *testing.T, d daemontest.Daemon, c *mcp.Client) *mcp.ClientSession {
 		// What `arbor mcp` runs: the server in its own process, over the
 		// daemon's socket, on a pipe for stdio.
-		cl := client.New(d.socket())
+		cl := client.New(d.Socket)
 		t.Cleanup(func() { cl.Close() })
 		srv, err := mcpserver.New(mcpserver.Config{Handler: mcpserver.Socket{Client: cl}, Version: "test"})
 		if err != nil {
@@ -134,9 +62,9 @@ var transports = []struct {
 		}
 		return cs
 	}},
-	{"http", func(t *testing.T, d arbord, c *mcp.Client) *mcp.ClientSession {
+	{"http", func(t *testing.T, d daemontest.Daemon, c *mcp.Client) *mcp.ClientSession {
 		hc := &http.Client{Transport: bearer{http.DefaultTransport}}
-		cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + d.addr + "/mcp", HTTPClient: hc}, nil)
+		cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: d.URL + "/mcp", HTTPClient: hc}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,7 +162,7 @@ func TestScriptedAgent(t *testing.T) {
 			}
 
 			// A tree per transport: one store per base, so each its own base.
-			base := filepath.Join(d.base, tr.name)
+			base := filepath.Join(d.Base, tr.name)
 			if err := os.MkdirAll(base, 0o755); err != nil {
 				t.Fatal(err)
 			}
@@ -392,11 +320,11 @@ func waitUpdate(t *testing.T, updated <-chan string, uri string) {
 func TestHTTPNeedsToken(t *testing.T) {
 	d := startDaemon(t)
 	c := mcp.NewClient(&mcp.Implementation{Name: "no-token", Version: "1"}, nil)
-	_, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + d.addr + "/mcp", MaxRetries: -1}, nil)
+	_, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: d.URL + "/mcp", MaxRetries: -1}, nil)
 	if err == nil {
 		t.Fatal("connected to /mcp without the token")
 	}
-	res, err := http.Post("http://"+d.addr+"/mcp", "application/json", strings.NewReader(`{}`))
+	res, err := http.Post(d.URL+"/mcp", "application/json", strings.NewReader(`{}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +332,7 @@ func TestHTTPNeedsToken(t *testing.T) {
 	if res.StatusCode != http.StatusUnauthorized {
 		t.Errorf("POST /mcp without the token: %s, want 401", res.Status)
 	}
-	audit, err := os.ReadFile(filepath.Join(d.home, "audit.log"))
+	audit, err := os.ReadFile(filepath.Join(d.Home, "audit.log"))
 	if err != nil || !strings.Contains(string(audit), `"path":"/mcp"`) {
 		t.Errorf("the audit log has no /mcp line: %v\n%s", err, audit)
 	}

@@ -9,15 +9,16 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/daemontest"
 )
 
 // bigTree makes a tree of n nodes: the root, 10 children, and their
 // children (fork batches of the engine's own verbs). It returns the root
 // and the label of the last node in drawing order.
-func bigTree(tb testing.TB, d arbord, tree string, n int) (root, last string) {
+func bigTree(tb testing.TB, d daemontest.Daemon, tree string, n int) (root, last string) {
 	tb.Helper()
 	ctx := context.Background()
-	r, err := d.cl.Do(ctx, api.Request{Op: api.OpTreeCreate, TreeID: tree, Base: d.base, Budget: &api.Budget{MaxLiveNodes: n + 8}})
+	r, err := d.Client.Do(ctx, api.Request{Op: api.OpTreeCreate, TreeID: tree, Base: d.Base, Budget: &api.Budget{MaxLiveNodes: n + 8}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -28,7 +29,7 @@ func bigTree(tb testing.TB, d arbord, tree string, n int) (root, last string) {
 		}
 		return out
 	}
-	top, _, err := d.cl.ForkBatch(ctx, tree, r.Root, labels(10, "s"))
+	top, _, err := d.Client.ForkBatch(ctx, tree, r.Root, labels(10, "s"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func bigTree(tb testing.TB, d arbord, tree string, n int) (root, last string) {
 			continue
 		}
 		kids := labels(k, f.Label+"-")
-		if _, _, err := d.cl.ForkBatch(ctx, tree, f.NodeID, kids); err != nil {
+		if _, _, err := d.Client.ForkBatch(ctx, tree, f.NodeID, kids); err != nil {
 			tb.Fatal(err)
 		}
 		left -= k
@@ -116,9 +117,9 @@ func BenchmarkUpdateDelay(b *testing.B) {
 	for b.Loop() {
 		var err error
 		if protected {
-			err = d.cl.Unprotect(bg, "big", root)
+			err = d.Client.Unprotect(bg, "big", root)
 		} else {
-			err = d.cl.Protect(bg, "big", root)
+			err = d.Client.Protect(bg, "big", root)
 		}
 		replied := time.Now()
 		if err != nil {

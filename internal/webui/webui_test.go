@@ -3,7 +3,6 @@ package webui_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,79 +15,16 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/arbor-dev/arbor/api"
-	"github.com/arbor-dev/arbor/client"
-	"github.com/arbor-dev/arbor/internal/daemon"
-	"github.com/arbor-dev/arbor/internal/fusemount"
+	"github.com/arbor-dev/arbor/internal/daemontest"
 	"github.com/arbor-dev/arbor/internal/testenv"
 )
 
-const token = "webui-test-token"
+const token = daemontest.Token
 
 // ChromiumPath is Debian's chromium (scripts/setup.sh installs it).
 const ChromiumPath = "/usr/bin/chromium"
 
-// arbord is a real daemon with its HTTP face over a fresh home, and a
-// client of its socket.
-type arbord struct {
-	home, base, url string
-	cl              *client.Client
-}
-
-func startDaemon(tb testing.TB) arbord {
-	tb.Helper()
-	testenv.NeedFUSE(tb)
-	dir, err := os.MkdirTemp("", "arbor-webui-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	d := arbord{home: filepath.Join(dir, "home"), base: filepath.Join(dir, "base")}
-	if err := os.MkdirAll(d.base, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(d.base, "README"), []byte("base\n"), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	d.url = "http://" + addr
-	ready := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- daemon.Run(ctx, daemon.Config{Home: d.home, HTTPAddr: addr, Token: token, Ready: ready})
-	}()
-	tb.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				tb.Errorf("daemon: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			tb.Errorf("the daemon did not stop within 30s")
-		}
-		ms := fusemount.Under(dir)
-		for i := len(ms) - 1; i >= 0; i-- {
-			fusemount.Detach(ms[i].Point)
-		}
-		os.RemoveAll(dir)
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		tb.Fatalf("daemon: %v", err)
-	case <-time.After(20 * time.Second):
-		tb.Fatal("the daemon was not ready within 20s")
-	}
-	waitHTTP(tb, d.url)
-	d.cl = client.New(filepath.Join(d.home, "arbord.sock"))
-	tb.Cleanup(func() { d.cl.Close() })
-	return d
-}
+func startDaemon(tb testing.TB) daemontest.Daemon { return daemontest.Start(tb, true) }
 
 // browser starts headless chromium with the flags this closed network
 // needs (without them chromium waits on connections it cannot make) and
@@ -148,10 +84,10 @@ func waitJS(tb testing.TB, ctx context.Context, what, expr string) {
 }
 
 // login opens the page, gives the token, and waits for the root's row.
-func login(tb testing.TB, ctx context.Context, d arbord, tree, root string) {
+func login(tb testing.TB, ctx context.Context, d daemontest.Daemon, tree, root string) {
 	tb.Helper()
 	run(tb, ctx, "load the page and give the token",
-		chromedp.Navigate(d.url+"/ui/#tree="+tree),
+		chromedp.Navigate(d.URL+"/ui/#tree="+tree),
 		chromedp.WaitVisible(chromedp.CSS(`#token-input`)),
 		chromedp.SendKeys(chromedp.CSS(`#token-input`), token),
 		chromedp.Click(chromedp.CSS(`#token-save`)),
@@ -159,9 +95,9 @@ func login(tb testing.TB, ctx context.Context, d arbord, tree, root string) {
 	)
 }
 
-func nodeStates(tb testing.TB, d arbord, tree string) map[string]api.Node {
+func nodeStates(tb testing.TB, d daemontest.Daemon, tree string) map[string]api.Node {
 	tb.Helper()
-	r, err := d.cl.Nodes(context.Background(), tree)
+	r, err := d.Client.Nodes(context.Background(), tree)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -182,14 +118,14 @@ func TestLiveView(t *testing.T) {
 	d := startDaemon(t)
 	ctx := browser(t)
 	bg := context.Background()
-	r, err := d.cl.Do(bg, api.Request{Op: api.OpTreeCreate, TreeID: "t1", Base: d.base, Budget: &api.Budget{MaxLiveNodes: 64}})
+	r, err := d.Client.Do(bg, api.Request{Op: api.OpTreeCreate, TreeID: "t1", Base: d.Base, Budget: &api.Budget{MaxLiveNodes: 64}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	root := r.Root
 
 	// The page without the token is only the form; the data routes refuse it.
-	res, err := http.Get(d.url + "/v1/trees")
+	res, err := http.Get(d.URL + "/v1/trees")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +136,7 @@ func TestLiveView(t *testing.T) {
 	login(t, ctx, d, "t1", root)
 	waitJS(t, ctx, "the budget bars", `document.querySelector('[data-meter="live nodes"]')?.textContent.includes("1 of 64")`)
 
-	forks, _, err := d.cl.ForkBatch(bg, "t1", root, []string{"retry", "rewrite", "skip"})
+	forks, _, err := d.Client.ForkBatch(bg, "t1", root, []string{"retry", "rewrite", "skip"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +149,7 @@ func TestLiveView(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(forks[1].Path, "fix.txt"), []byte("fixed\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.cl.Commit(bg, "t1", forks[1].NodeID); err != nil {
+	if _, err := d.Client.Commit(bg, "t1", forks[1].NodeID); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []api.Fork{forks[0], forks[2]} {
@@ -221,7 +157,7 @@ func TestLiveView(t *testing.T) {
 	}
 	waitJS(t, ctx, "the committed child goes", fmt.Sprintf(`!document.querySelector(%q)`, row(forks[1].NodeID)))
 
-	if err := d.cl.Prune(bg, "t1", forks[0].NodeID); err != nil {
+	if err := d.Client.Prune(bg, "t1", forks[0].NodeID); err != nil {
 		t.Fatal(err)
 	}
 	waitJS(t, ctx, "the pruned node goes", fmt.Sprintf(`!document.querySelector(%q)`, row(forks[0].NodeID)))
@@ -231,12 +167,12 @@ func TestLiveView(t *testing.T) {
 	for i := range labels {
 		labels[i] = fmt.Sprintf("b%02d", i)
 	}
-	batch, _, err := d.cl.ForkBatch(bg, "t1", root, labels)
+	batch, _, err := d.Client.ForkBatch(bg, "t1", root, labels)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitJS(t, ctx, "50 more nodes", fmt.Sprintf(`window.__arbor.states[%q] !== undefined`, batch[49].NodeID))
-	nr, err := d.cl.Nodes(bg, "t1")
+	nr, err := d.Client.Nodes(bg, "t1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +226,7 @@ func TestLiveView(t *testing.T) {
 	// Off screen under 50 siblings: scroll to the end and see it drawn.
 	waitJS(t, ctx, "the page's fork is drawn at the end", fmt.Sprintf(`(() => { const v = document.getElementById("viewport"); v.scrollTop = v.scrollHeight; v.dispatchEvent(new Event("scroll")); return !!document.querySelector(%q); })()`, row(made)))
 	// A refusal is shown with its code: prune a protected node from the page.
-	if err := d.cl.Protect(bg, "t1", made); err != nil {
+	if err := d.Client.Protect(bg, "t1", made); err != nil {
 		t.Fatal(err)
 	}
 	waitJS(t, ctx, "the fork shows protected", fmt.Sprintf(`document.querySelector(%q)?.dataset.protected === "true"`, row(made)))
@@ -356,7 +292,7 @@ func TestUIRoutes(t *testing.T) {
 	d := startDaemon(t)
 	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for path, want := range map[string]int{"/ui/": 200, "/ui/app.js": 200, "/ui/style.css": 200, "/ui": 307, "/ui/nope": 404} {
-		res, err := hc.Get(d.url + path)
+		res, err := hc.Get(d.URL + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -368,28 +304,12 @@ func TestUIRoutes(t *testing.T) {
 			t.Errorf("GET %s: CSP %q", path, res.Header.Get("Content-Security-Policy"))
 		}
 	}
-	res, err := hc.Post(d.url+"/ui/", "text/plain", nil)
+	res, err := hc.Post(d.URL+"/ui/", "text/plain", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Body.Close()
 	if res.StatusCode != http.StatusUnauthorized {
 		t.Errorf("POST /ui/ without the token: %s, want 401 (only GET is public)", res.Status)
-	}
-}
-
-// waitHTTP waits for the HTTP face: Ready says the socket accepts, and
-// the HTTP face starts beside it.
-func waitHTTP(tb testing.TB, url string) {
-	tb.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		res, err := http.Get(url + "/healthz")
-		if err == nil {
-			res.Body.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("the HTTP face did not answer within 10s: %v", err)
-		}
 	}
 }
