@@ -42,8 +42,7 @@ const (
 
 // ExecIn is exec's input.
 type ExecIn struct {
-	TreeID         string            `json:"tree_id" jsonschema:"the tree's id"`
-	NodeID         string            `json:"node_id" jsonschema:"a live node of a tree with a sandbox backend (jail or vm)"`
+	NodeIn
 	Argv           []string          `json:"argv" jsonschema:"the program and its arguments, e.g. [\"go\", \"test\", \"./...\"]; no shell unless you name one"`
 	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory inside the node (default /workspace)"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables to add"`
@@ -64,8 +63,7 @@ type ExecOut struct {
 
 // FileIn names a file of a node.
 type FileIn struct {
-	TreeID   string `json:"tree_id" jsonschema:"the tree's id"`
-	NodeID   string `json:"node_id" jsonschema:"the node's id"`
+	NodeIn
 	Path     string `json:"path" jsonschema:"path relative to the node's root; symlinks resolve inside the node"`
 	MaxBytes int64  `json:"max_bytes,omitempty" jsonschema:"read at most this many bytes (default 1 MiB, at most 16 MiB)"`
 }
@@ -79,8 +77,7 @@ type ReadFileOut struct {
 
 // WriteFileIn is write_file's input.
 type WriteFileIn struct {
-	TreeID  string `json:"tree_id" jsonschema:"the tree's id"`
-	NodeID  string `json:"node_id" jsonschema:"a live node's id"`
+	NodeIn
 	Path    string `json:"path" jsonschema:"path relative to the node's root; missing parent directories are made"`
 	Content string `json:"content" jsonschema:"the file's new content"`
 	Mode    uint32 `json:"mode,omitempty" jsonschema:"permission bits, e.g. 420 for 0644 (default 0644)"`

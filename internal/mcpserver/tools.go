@@ -22,7 +22,7 @@ type TreeIn struct {
 // NodeIn names a node of a tree.
 type NodeIn struct {
 	TreeID string `json:"tree_id" jsonschema:"the tree's id"`
-	NodeID string `json:"node_id" jsonschema:"the node's id, as fork, nodes or create_tree returned it"`
+	NodeID string `json:"node_id" jsonschema:"the node's id, as fork, nodes or create_tree returned it (the root's is create_tree's root)"`
 }
 
 // CreateTreeIn is create_tree's input.
@@ -57,8 +57,7 @@ type NodesOut struct {
 
 // ForkIn is fork's input.
 type ForkIn struct {
-	TreeID string   `json:"tree_id" jsonschema:"the tree's id"`
-	NodeID string   `json:"node_id" jsonschema:"the node to fork: its current files become every child's starting point"`
+	NodeIn
 	Count  int      `json:"count,omitempty" jsonschema:"how many children to make (default 1, or as many as labels)"`
 	Labels []string `json:"labels,omitempty" jsonschema:"a label for each child, e.g. the strategy it will try"`
 }
@@ -78,9 +77,8 @@ type CommitOut struct {
 
 // RollbackIn is rollback's input.
 type RollbackIn struct {
-	TreeID string `json:"tree_id" jsonschema:"the tree's id"`
-	NodeID string `json:"node_id" jsonschema:"the older node to start again from; nothing is destroyed"`
-	Label  string `json:"label,omitempty" jsonschema:"a label for the new child"`
+	NodeIn
+	Label string `json:"label,omitempty" jsonschema:"a label for the new child"`
 }
 
 // DoneOut is the output of a verb that only succeeds or fails.
