@@ -172,14 +172,26 @@ func TestScriptedAgent(t *testing.T) {
 				t.Fatalf("create_tree gave no root: %+v", tree)
 			}
 			uri := mcpserver.NodesURI(tree.TreeID)
-			subscribed := make(chan error, 1)
-			go func() { subscribed <- cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: uri}) }()
-			select { // the legacy protocol returns at once; the newer one holds a listen stream open
-			case err := <-subscribed:
-				if err != nil {
-					t.Fatalf("subscribe: %v", err)
+			if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: uri}); err != nil {
+				t.Fatalf("subscribe: %v", err)
+			}
+			// Protocol 2026-07-28's subscription is made as the server reads
+			// it, after Subscribe returns: protect the root until an update
+			// says it holds.
+			rootArgs := map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root}
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				a.call("protect", rootArgs, nil)
+				a.call("unprotect", rootArgs, nil)
+				if waitUpdateFor(updated, uri, 100*time.Millisecond) {
+					break
 				}
-			case <-time.After(500 * time.Millisecond):
+				if time.Now().After(deadline) {
+					t.Fatal("the subscription gave no update within 10s")
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+			for len(updated) > 0 {
+				<-updated
 			}
 
 			var fork mcpserver.ForkOut
@@ -298,20 +310,28 @@ func TestScriptedAgent(t *testing.T) {
 	}
 }
 
+// waitUpdate waits for a resources/updated of uri and drains the rest of
+// its burst.
 func waitUpdate(t *testing.T, updated <-chan string, uri string) {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
+	if !waitUpdateFor(updated, uri, 10*time.Second) {
+		t.Fatalf("no resources/updated for %s within 10s", uri)
+	}
+}
+
+func waitUpdateFor(updated <-chan string, uri string, d time.Duration) bool {
+	timeout := time.After(d)
 	for {
 		select {
 		case got := <-updated:
 			if got == uri {
-				for len(updated) > 0 { // the rest of the burst
+				for len(updated) > 0 {
 					<-updated
 				}
-				return
+				return true
 			}
 		case <-timeout:
-			t.Fatalf("no resources/updated for %s within 10s", uri)
+			return false
 		}
 	}
 }
