@@ -130,7 +130,7 @@ func New(cfg Config) (*Server, error) {
 		s.mux.Handle(rt.method+" "+rt.pattern, rt.h)
 	}
 	if cfg.MCP != nil {
-		s.mux.Handle("/mcp", cfg.MCP)
+		s.mux.Handle("/mcp", untilStop(cfg.MCP))
 	}
 	if cfg.UI != nil {
 		s.mux.Handle("GET /ui/", cfg.UI)
@@ -176,6 +176,20 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 type stopKey struct{}
+
+// untilStop ends h's requests when the server shuts down: an MCP client's
+// open stream would otherwise hold Shutdown for its whole timeout.
+func untilStop(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if stopping, ok := r.Context().Value(stopKey{}).(context.Context); ok {
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			defer context.AfterFunc(stopping, cancel)()
+			r = r.WithContext(ctx)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
 
 // Serve serves on ln until ctx ends; it owns ln. At most Config.MaxConns
 // connections are open at once.

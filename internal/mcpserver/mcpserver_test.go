@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/daemon"
 	"github.com/arbor-dev/arbor/internal/daemontest"
 	"github.com/arbor-dev/arbor/internal/mcpserver"
 )
@@ -355,5 +357,62 @@ func TestHTTPNeedsToken(t *testing.T) {
 	audit, err := os.ReadFile(filepath.Join(d.Home, "audit.log"))
 	if err != nil || !strings.Contains(string(audit), `"path":"/mcp"`) {
 		t.Errorf("the audit log has no /mcp line: %v\n%s", err, audit)
+	}
+}
+
+// TestStopWithOpenSession: an MCP client's open session does not hold the
+// daemon's stop for the HTTP face's shutdown timeout (5 s): it stopped in
+// 5 s before /mcp's requests ended with the server, 5 ms after.
+func TestStopWithOpenSession(t *testing.T) {
+	dir, err := os.MkdirTemp("", "arbor-mcp-stop-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, daemon.Config{Home: filepath.Join(dir, "home"), HTTPAddr: addr, Token: token, Ready: ready})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("daemon: %v", err)
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "lingering", Version: "1"}, nil)
+	var cs *mcp.ClientSession
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		cs, err = c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: &http.Client{Transport: bearer{http.DefaultTransport}}, MaxRetries: -1}, nil)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.ListTools(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not stop within 30s")
+	}
+	if d := time.Since(start); d >= 3*time.Second {
+		t.Errorf("the daemon took %v to stop with an MCP session open (its HTTP face's shutdown timeout is 5 s)", d)
 	}
 }
