@@ -38,9 +38,9 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // transports are the two ways an agent reaches the server.
 var transports = []struct {
 	name    string
-	connect func(t *testing.T, d daemontest.Daemon, c *mcp.Client) *mcp.ClientSession
+	connect func(t *testing.T, d daemontest.Daemon, c *mcp.Client, o *mcp.ClientSessionOptions) *mcp.ClientSession
 }{
-	{"stdio", func(t *testing.T, d daemontest.Daemon, c *mcp.Client) *mcp.ClientSession {
+	{"stdio", func(t *testing.T, d daemontest.Daemon, c *mcp.Client, o *mcp.ClientSessionOptions) *mcp.ClientSession {
 		// What `arbor mcp` runs: the server in its own process, over the
 		// daemon's socket, on a pipe for stdio.
 		cl := client.New(d.Socket)
@@ -58,15 +58,15 @@ var transports = []struct {
 			<-done
 			srv.Close()
 		})
-		cs, err := c.Connect(t.Context(), ct, nil)
+		cs, err := c.Connect(t.Context(), ct, o)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cs
 	}},
-	{"http", func(t *testing.T, d daemontest.Daemon, c *mcp.Client) *mcp.ClientSession {
+	{"http", func(t *testing.T, d daemontest.Daemon, c *mcp.Client, o *mcp.ClientSessionOptions) *mcp.ClientSession {
 		hc := &http.Client{Transport: bearer{http.DefaultTransport}}
-		cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: d.URL + "/mcp", HTTPClient: hc}, nil)
+		cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: d.URL + "/mcp", HTTPClient: hc}, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,181 +134,201 @@ func text(res *mcp.CallToolResult) string {
 // subscribed resource), and meets our codes as tool errors.
 func TestScriptedAgent(t *testing.T) {
 	d := startDaemon(t)
-	for i, tr := range transports {
-		t.Run(tr.name, func(t *testing.T) {
-			updated := make(chan string, 64)
-			c := mcp.NewClient(&mcp.Implementation{Name: "scripted-agent", Version: "1"}, &mcp.ClientOptions{
-				ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
-					updated <- r.Params.URI
-				},
+	i := 0
+	for _, tr := range transports {
+		// The newest protocol, and the one most clients speak today (its
+		// subscriptions are resources/subscribe, not a listen stream).
+		for _, version := range []string{"", "2025-06-18"} {
+			i++
+			name := tr.name
+			if version != "" {
+				name += "-" + version
+			}
+			t.Run(name, func(t *testing.T) {
+				scriptedAgent(t, d, i, name, func(c *mcp.Client) *mcp.ClientSession {
+					return tr.connect(t, d, c, &mcp.ClientSessionOptions{ProtocolVersion: version})
+				})
 			})
-			cs := tr.connect(t, d, c)
-			defer cs.Close()
-			a := agent{t, cs}
+		}
+	}
+}
 
-			tools, err := cs.ListTools(t.Context(), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, tl := range tools.Tools {
-				names = append(names, tl.Name)
-				if tl.Description == "" || tl.InputSchema == nil || tl.OutputSchema == nil {
-					t.Errorf("tool %s: description, input or output schema missing", tl.Name)
-				}
-			}
-			for _, want := range []string{"create_tree", "list_trees", "nodes", "fork", "commit", "abort", "rollback", "protect", "unprotect", "prune", "suspend", "resume", "diff", "exec", "read_file", "write_file", "list_files"} {
-				if !slices.Contains(names, want) {
-					t.Errorf("no tool %s (have %v)", want, names)
-				}
-			}
+// scriptedAgent is the agent of TestScriptedAgent over one connection.
+func scriptedAgent(t *testing.T, d daemontest.Daemon, i int, name string, connect func(*mcp.Client) *mcp.ClientSession) {
+	updated := make(chan string, 64)
+	c := mcp.NewClient(&mcp.Implementation{Name: "scripted-agent", Version: "1"}, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
+			updated <- r.Params.URI
+		},
+	})
+	cs := connect(c)
+	defer cs.Close()
+	if v := cs.InitializeResult().ProtocolVersion; v == "" {
+		t.Fatal("no protocol version negotiated")
+	}
+	a := agent{t, cs}
 
-			// A tree per transport: one store per base, so each its own base.
-			base := filepath.Join(d.Base, tr.name)
-			if err := os.MkdirAll(base, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			var tree mcpserver.CreateTreeOut
-			a.call("create_tree", map[string]any{"base": base, "tree_id": fmt.Sprintf("agent%d", i), "max_live_nodes": 16}, &tree)
-			if tree.Root == "" {
-				t.Fatalf("create_tree gave no root: %+v", tree)
-			}
-			uri := mcpserver.NodesURI(tree.TreeID)
-			if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: uri}); err != nil {
-				t.Fatalf("subscribe: %v", err)
-			}
-			// Protocol 2026-07-28's subscription is made as the server reads
-			// it, after Subscribe returns: protect the root until an update
-			// says it holds.
-			rootArgs := map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root}
-			for deadline := time.Now().Add(10 * time.Second); ; {
-				a.call("protect", rootArgs, nil)
-				a.call("unprotect", rootArgs, nil)
-				if waitUpdateFor(updated, uri, 100*time.Millisecond) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the subscription gave no update within 10s")
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
-			for len(updated) > 0 {
-				<-updated
-			}
+	tools, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+		if tl.Description == "" || tl.InputSchema == nil || tl.OutputSchema == nil {
+			t.Errorf("tool %s: description, input or output schema missing", tl.Name)
+		}
+	}
+	for _, want := range []string{"create_tree", "list_trees", "nodes", "fork", "commit", "abort", "rollback", "protect", "unprotect", "prune", "suspend", "resume", "diff", "exec", "read_file", "write_file", "list_files"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("no tool %s (have %v)", want, names)
+		}
+	}
 
-			var fork mcpserver.ForkOut
-			a.call("fork", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "labels": []string{"retry", "rewrite", "skip"}}, &fork)
-			if len(fork.Forks) != 3 {
-				t.Fatalf("fork made %d children, want 3: %+v", len(fork.Forks), fork)
-			}
-			waitUpdate(t, updated, uri)
-			for _, f := range fork.Forks {
-				if f.Path == "" {
-					t.Fatalf("fork %s has no path", f.NodeID)
-				}
-				// Write in each branch through its path (the dir backend's files).
-				if err := os.WriteFile(filepath.Join(f.Path, "strategy.txt"), []byte(f.Label+"\n"), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			winner, losers := fork.Forks[1], []string{fork.Forks[0].NodeID, fork.Forks[2].NodeID}
-			var commit mcpserver.CommitOut
-			a.call("commit", map[string]any{"tree_id": tree.TreeID, "node_id": winner.NodeID}, &commit)
-			if commit.Parent != tree.Root {
-				t.Errorf("commit went into %s, want the root %s", commit.Parent, tree.Root)
-			}
-			slices.Sort(commit.Stale)
-			slices.Sort(losers)
-			if !slices.Equal(commit.Stale, losers) {
-				t.Errorf("stale after the commit: %v, want %v", commit.Stale, losers)
-			}
-			if b, err := os.ReadFile(filepath.Join(base, "strategy.txt")); err != nil || string(b) != "rewrite\n" {
-				t.Errorf("base after the commit: %q, %v; want the winner's file", b, err)
-			}
-			waitUpdate(t, updated, uri)
+	// A tree per transport: one store per base, so each its own base.
+	base := filepath.Join(d.Base, name)
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var tree mcpserver.CreateTreeOut
+	a.call("create_tree", map[string]any{"base": base, "tree_id": fmt.Sprintf("agent%d", i), "max_live_nodes": 16}, &tree)
+	if tree.Root == "" {
+		t.Fatalf("create_tree gave no root: %+v", tree)
+	}
+	uri := mcpserver.NodesURI(tree.TreeID)
+	if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	// Protocol 2026-07-28's subscription is made as the server reads
+	// it, after Subscribe returns: protect the root until an update
+	// says it holds.
+	rootArgs := map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		a.call("protect", rootArgs, nil)
+		a.call("unprotect", rootArgs, nil)
+		if waitUpdateFor(updated, uri, 100*time.Millisecond) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the subscription gave no update within 10s")
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	for len(updated) > 0 {
+		<-updated
+	}
 
-			var nodes mcpserver.NodesOut
-			a.call("nodes", map[string]any{"tree_id": tree.TreeID}, &nodes)
-			states := map[string]string{}
-			for _, n := range nodes.Nodes {
-				states[n.ID] = n.State
-			}
-			for _, id := range losers {
-				if states[id] != api.StateStale {
-					t.Errorf("node %s is %q, want stale (nodes: %v)", id, states[id], states)
-				}
-			}
-			if nodes.Budget.MaxLiveNodes != 16 || nodes.Usage.TotalNodes != len(nodes.Nodes) {
-				t.Errorf("usage %+v budget %+v for %d nodes", nodes.Usage, nodes.Budget, len(nodes.Nodes))
-			}
-			// The resource says the same.
-			rr, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: uri})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var res mcpserver.NodesOut
-			if err := json.Unmarshal([]byte(rr.Contents[0].Text), &res); err != nil {
-				t.Fatal(err)
-			}
-			if len(res.Nodes) != len(nodes.Nodes) {
-				t.Errorf("resource has %d nodes, the tool %d", len(res.Nodes), len(nodes.Nodes))
-			}
+	var fork mcpserver.ForkOut
+	a.call("fork", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "labels": []string{"retry", "rewrite", "skip"}}, &fork)
+	if len(fork.Forks) != 3 {
+		t.Fatalf("fork made %d children, want 3: %+v", len(fork.Forks), fork)
+	}
+	waitUpdate(t, updated, uri)
+	for _, f := range fork.Forks {
+		if f.Path == "" {
+			t.Fatalf("fork %s has no path", f.NodeID)
+		}
+		// Write in each branch through its path (the dir backend's files).
+		if err := os.WriteFile(filepath.Join(f.Path, "strategy.txt"), []byte(f.Label+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	winner, losers := fork.Forks[1], []string{fork.Forks[0].NodeID, fork.Forks[2].NodeID}
+	var commit mcpserver.CommitOut
+	a.call("commit", map[string]any{"tree_id": tree.TreeID, "node_id": winner.NodeID}, &commit)
+	if commit.Parent != tree.Root {
+		t.Errorf("commit went into %s, want the root %s", commit.Parent, tree.Root)
+	}
+	slices.Sort(commit.Stale)
+	slices.Sort(losers)
+	if !slices.Equal(commit.Stale, losers) {
+		t.Errorf("stale after the commit: %v, want %v", commit.Stale, losers)
+	}
+	if b, err := os.ReadFile(filepath.Join(base, "strategy.txt")); err != nil || string(b) != "rewrite\n" {
+		t.Errorf("base after the commit: %q, %v; want the winner's file", b, err)
+	}
+	waitUpdate(t, updated, uri)
 
-			// Our codes, as tool errors.
-			a.fail("commit", map[string]any{"tree_id": tree.TreeID, "node_id": losers[0]}, api.CodeStale)
-			a.fail("nodes", map[string]any{"tree_id": "no-such-tree"}, api.CodeNotFound)
-			a.fail("fork", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "count": 40}, api.CodeBudget)
-			a.fail("fork", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "count": -1}, api.CodeBadRequest)
-			a.fail("fork", map[string]any{"node_id": tree.Root}, api.CodeBadRequest) // tree_id missing: the schema refuses it
-			a.fail("protect", map[string]any{"tree_id": tree.TreeID, "node_id": losers[1]}, api.CodeState)
-			var keep mcpserver.ForkOut
-			a.call("fork", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "count": 1}, &keep)
-			kept := map[string]any{"tree_id": tree.TreeID, "node_id": keep.Forks[0].NodeID}
-			a.call("protect", kept, nil)
-			a.fail("prune", kept, api.CodeProtected)
-			a.call("unprotect", kept, nil)
-			a.call("suspend", kept, nil)
-			var resumed mcpserver.DoneOut
-			a.call("resume", kept, &resumed)
-			if resumed.Path == "" {
-				t.Errorf("resume gave no path: %+v", resumed)
-			}
-			var again mcpserver.ForkOut
-			a.call("rollback", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "label": "again"}, &again)
-			if len(again.Forks) != 1 || again.Forks[0].Label != "again" {
-				t.Errorf("rollback: %+v", again)
-			}
-			a.call("prune", kept, nil)
-			for _, id := range losers {
-				a.call("abort", map[string]any{"tree_id": tree.TreeID, "node_id": id}, nil)
-			}
-			// exec and files wait for the sandbox seam.
-			node := map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root}
-			for name, args := range map[string]map[string]any{
-				"exec":       {"argv": []string{"true"}},
-				"read_file":  {"path": "main.go"},
-				"write_file": {"path": "x", "content": "y"},
-				"list_files": {"path": ""},
-				"diff":       {},
-			} {
-				maps := map[string]any{}
-				for k, v := range node {
-					maps[k] = v
-				}
-				for k, v := range args {
-					maps[k] = v
-				}
-				a.fail(name, maps, mcpserver.CodeNotSupported)
-			}
-			var trees mcpserver.TreesOut
-			a.call("list_trees", map[string]any{}, &trees)
-			if !slices.ContainsFunc(trees.Trees, func(tr api.Tree) bool { return tr.ID == tree.TreeID }) {
-				t.Errorf("list_trees lacks %s: %+v", tree.TreeID, trees)
-			}
-			if err := cs.Unsubscribe(t.Context(), &mcp.UnsubscribeParams{URI: uri}); err != nil {
-				t.Errorf("unsubscribe: %v", err)
-			}
-		})
+	var nodes mcpserver.NodesOut
+	a.call("nodes", map[string]any{"tree_id": tree.TreeID}, &nodes)
+	states := map[string]string{}
+	for _, n := range nodes.Nodes {
+		states[n.ID] = n.State
+	}
+	for _, id := range losers {
+		if states[id] != api.StateStale {
+			t.Errorf("node %s is %q, want stale (nodes: %v)", id, states[id], states)
+		}
+	}
+	if nodes.Budget.MaxLiveNodes != 16 || nodes.Usage.TotalNodes != len(nodes.Nodes) {
+		t.Errorf("usage %+v budget %+v for %d nodes", nodes.Usage, nodes.Budget, len(nodes.Nodes))
+	}
+	// The resource says the same.
+	rr, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: uri})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res mcpserver.NodesOut
+	if err := json.Unmarshal([]byte(rr.Contents[0].Text), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Nodes) != len(nodes.Nodes) {
+		t.Errorf("resource has %d nodes, the tool %d", len(res.Nodes), len(nodes.Nodes))
+	}
+
+	// Our codes, as tool errors.
+	a.fail("commit", map[string]any{"tree_id": tree.TreeID, "node_id": losers[0]}, api.CodeStale)
+	a.fail("nodes", map[string]any{"tree_id": "no-such-tree"}, api.CodeNotFound)
+	a.fail("fork", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "count": 40}, api.CodeBudget)
+	a.fail("fork", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "count": -1}, api.CodeBadRequest)
+	a.fail("fork", map[string]any{"node_id": tree.Root}, api.CodeBadRequest) // tree_id missing: the schema refuses it
+	a.fail("protect", map[string]any{"tree_id": tree.TreeID, "node_id": losers[1]}, api.CodeState)
+	var keep mcpserver.ForkOut
+	a.call("fork", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "count": 1}, &keep)
+	kept := map[string]any{"tree_id": tree.TreeID, "node_id": keep.Forks[0].NodeID}
+	a.call("protect", kept, nil)
+	a.fail("prune", kept, api.CodeProtected)
+	a.call("unprotect", kept, nil)
+	a.call("suspend", kept, nil)
+	var resumed mcpserver.DoneOut
+	a.call("resume", kept, &resumed)
+	if resumed.Path == "" {
+		t.Errorf("resume gave no path: %+v", resumed)
+	}
+	var again mcpserver.ForkOut
+	a.call("rollback", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "label": "again"}, &again)
+	if len(again.Forks) != 1 || again.Forks[0].Label != "again" {
+		t.Errorf("rollback: %+v", again)
+	}
+	a.call("prune", kept, nil)
+	for _, id := range losers {
+		a.call("abort", map[string]any{"tree_id": tree.TreeID, "node_id": id}, nil)
+	}
+	// exec and files wait for the sandbox seam.
+	node := map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root}
+	for name, args := range map[string]map[string]any{
+		"exec":       {"argv": []string{"true"}},
+		"read_file":  {"path": "main.go"},
+		"write_file": {"path": "x", "content": "y"},
+		"list_files": {"path": ""},
+		"diff":       {},
+	} {
+		maps := map[string]any{}
+		for k, v := range node {
+			maps[k] = v
+		}
+		for k, v := range args {
+			maps[k] = v
+		}
+		a.fail(name, maps, mcpserver.CodeNotSupported)
+	}
+	var trees mcpserver.TreesOut
+	a.call("list_trees", map[string]any{}, &trees)
+	if !slices.ContainsFunc(trees.Trees, func(tr api.Tree) bool { return tr.ID == tree.TreeID }) {
+		t.Errorf("list_trees lacks %s: %+v", tree.TreeID, trees)
+	}
+	if err := cs.Unsubscribe(t.Context(), &mcp.UnsubscribeParams{URI: uri}); err != nil {
+		t.Errorf("unsubscribe: %v", err)
 	}
 }
 
