@@ -152,7 +152,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 		cleanups = append(cleanups, func() { audit.Close() })
-		ms, err := mcpserver.New(mcpserver.Config{Handler: h, Version: Version, Logger: log})
+		ms, err := mcpserver.New(mcpserver.Config{Handler: h, Version: Version, Logger: log, Metrics: m})
 		if err != nil {
 			return err
 		}

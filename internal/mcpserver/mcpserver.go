@@ -15,6 +15,7 @@ import (
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
 	"github.com/arbor-dev/arbor/internal/access"
+	"github.com/arbor-dev/arbor/internal/metrics"
 )
 
 // Handler serves the verbs: the daemon's router in arbord, the Go client
@@ -52,6 +53,8 @@ type Config struct {
 	Version string
 	// Logger logs recovered panics; nil discards.
 	Logger *slog.Logger
+	// Metrics counts the verbs the tools call (face "mcp"); nil counts none.
+	Metrics *metrics.Metrics
 	// SessionTimeout closes an HTTP session that has sent nothing this
 	// long; 0 means DefaultSessionTimeout.
 	SessionTimeout time.Duration
@@ -136,11 +139,17 @@ func (s *Server) Close() error {
 // daemon checks the socket peer's credentials and this value stays in
 // this process.
 func (s *Server) call(ctx context.Context, req api.Request) (resp api.Response, err error) {
+	start := time.Now()
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("mcpserver: handler panic", "op", req.Op, "panic", p, "stack", string(debug.Stack()))
 			err = api.Errorf(api.ErrInternal, "%s: the daemon failed serving this request", req.Op)
 		}
+		code := metrics.CodeOK
+		if err != nil {
+			code = api.Code(err)
+		}
+		s.cfg.Metrics.Observe(metrics.FaceMCP, req.Op, code, time.Since(start))
 	}()
 	return s.cfg.Handler.Do(access.WithCred(ctx, s.self), req)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -149,6 +150,21 @@ func TestScriptedAgent(t *testing.T) {
 					return tr.connect(t, d, c, &mcp.ClientSessionOptions{ProtocolVersion: version})
 				})
 			})
+		}
+	}
+	// /mcp's tool calls are counted as the face "mcp" (stdio's reach the
+	// daemon by its socket, counted as "line").
+	req, _ := http.NewRequest("GET", d.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	for _, want := range []string{`arbor_requests_total{code="stale",face="mcp",op="tree_commit"} 2`, `arbor_requests_total{code="ok",face="mcp",op="tree_fork_batch"} 2`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %s", want)
 		}
 	}
 }

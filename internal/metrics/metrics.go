@@ -13,6 +13,7 @@ import (
 const (
 	FaceLine = "line"
 	FaceHTTP = "http"
+	FaceMCP  = "mcp" // the MCP server's tool calls (internal/mcpserver)
 )
 
 // CodeOK is the code label of a successful request.
