@@ -258,6 +258,20 @@ func TestLiveView(t *testing.T) {
 	if !formHidden {
 		t.Error("the token was asked again after a reload")
 	}
+
+	// A tree made since the page loaded shows up in the list; choosing it
+	// draws it.
+	base2 := filepath.Join(filepath.Dir(d.Base), "base2")
+	if err := os.Mkdir(base2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := d.Client.Do(bg, api.Request{Op: api.OpTreeCreate, TreeID: "t2", Base: base2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "t2 in the list", `(() => { const s = document.getElementById("tree-select"); s.dispatchEvent(new Event("focus")); return [...s.options].some(o => o.value === "t2"); })()`)
+	run(t, ctx, "choose t2", chromedp.Evaluate[chromedp.Void](`(() => { const s = document.getElementById("tree-select"); s.value = "t2"; s.dispatchEvent(new Event("change")); })()`))
+	waitJS(t, ctx, "t2 drawn", fmt.Sprintf(`location.hash === "#tree=t2" && !!document.querySelector(%q) && document.querySelectorAll("#rows .row").length === 1`, row(r2.Root)))
 }
 
 func mapValues(m map[string]api.Node) []api.Node {

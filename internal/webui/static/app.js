@@ -94,12 +94,25 @@ function hashTree() {
 
 function fillTrees(trees) {
   const sel = $("tree-select");
-  sel.replaceChildren(...trees.map((t) => new Option(t.tree_id, t.tree_id)));
+  const ids = trees.map((t) => t.tree_id);
   const cur = hashTree();
-  if (cur && !trees.some((t) => t.tree_id === cur)) sel.add(new Option(cur, cur));
+  if (cur && !ids.includes(cur)) ids.push(cur);
+  if (ids.join("\n") === [...sel.options].map((o) => o.value).join("\n")) return; // unchanged: leave an open list alone
+  sel.replaceChildren(...ids.map((id) => new Option(id, id)));
+  sel.value = state.treeID;
 }
 
 $("tree-select").addEventListener("change", (ev) => { location.hash = "tree=" + enc(ev.target.value); });
+// Trees made since the page loaded show up when the list is opened.
+for (const evName of ["focus", "mousedown"]) {
+  $("tree-select").addEventListener(evName, async () => {
+    try {
+      const trees = (await api("GET", "/v1/trees")).trees || [];
+      fillTrees(trees);
+      if (!state.treeID && trees.length) location.hash = "tree=" + enc(trees[0].tree_id);
+    } catch (err) { setStatus(err.code + ": " + err.message, true); }
+  });
+}
 window.addEventListener("hashchange", () => { const t = hashTree(); if (t && t !== state.treeID) openTree(t); });
 
 function openTree(id) {
