@@ -13,10 +13,23 @@ import (
 
 // events is a Handler whose one tree "t" streams what the test sends.
 type events struct {
-	mu      sync.Mutex
-	ch      chan api.Event
-	watches int
-	ended   chan struct{} // closed when a watch's ctx ends
+	ch chan api.Event
+
+	mu   sync.Mutex
+	ctxs []context.Context // of every Watch call
+}
+
+// last is the context of the last Watch call.
+func (e *events) last() context.Context {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ctxs[len(e.ctxs)-1]
+}
+
+func (e *events) watches() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.ctxs)
 }
 
 func (e *events) Do(ctx context.Context, req api.Request) (api.Response, error) {
@@ -28,9 +41,8 @@ func (e *events) Watch(ctx context.Context, id string) (api.Response, <-chan api
 		return api.Response{}, nil, api.Errorf(api.ErrNotFound, "tree %q", id)
 	}
 	e.mu.Lock()
-	e.watches++
+	e.ctxs = append(e.ctxs, ctx)
 	e.mu.Unlock()
-	context.AfterFunc(ctx, func() { close(e.ended) })
 	return api.Response{}, e.ch, nil
 }
 
@@ -61,7 +73,7 @@ func (s *Server) watching(uri string) bool {
 // subscribing request; and a session that left without unsubscribing (the
 // legacy protocol has no signal for it) ends the watch at the next event.
 func TestWatchLifetime(t *testing.T) {
-	h := &events{ch: make(chan api.Event, 64), ended: make(chan struct{})}
+	h := &events{ch: make(chan api.Event, 64)}
 	s, err := New(Config{Handler: h})
 	if err != nil {
 		t.Fatal(err)
@@ -76,8 +88,8 @@ func TestWatchLifetime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if h.watches != 1 || !s.watching(uri) {
-		t.Fatalf("%d watches for two subscribers, want 1", h.watches)
+	if n := h.watches(); n != 1 || !s.watching(uri) {
+		t.Fatalf("%d watches for two subscribers, want 1", n)
 	}
 	for i := range 50 { // one fork_batch
 		h.ch <- api.Event{Seq: uint64(i + 1), Kind: "fork", TreeID: "t"}
@@ -110,21 +122,19 @@ func TestWatchLifetime(t *testing.T) {
 			t.Fatal("the watch outlived its last session")
 		}
 	}
-	select {
-	case <-h.ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the watch's context did not end")
+	if h.last().Err() == nil {
+		t.Fatal("the watch's context did not end with it")
 	}
 	// Close with a watch open ends it and waits.
-	h.ended = make(chan struct{})
 	c := session(t, s, "2025-06-18", make(chan string, 64))
 	if err := c.Subscribe(t.Context(), &mcp.SubscribeParams{URI: uri}); err != nil {
 		t.Fatal(err)
 	}
+	if n := h.watches(); n != 2 {
+		t.Fatalf("%d watches, want a second one", n)
+	}
 	s.Close()
-	select {
-	case <-h.ended:
-	default:
+	if h.last().Err() == nil {
 		t.Fatal("Close returned with a watch open")
 	}
 	if s.watching(uri) {

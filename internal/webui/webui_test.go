@@ -240,6 +240,47 @@ func TestLiveView(t *testing.T) {
 	if _, ok := nodeStates(t, d, "t1")[made]; !ok {
 		t.Error("a protected node was pruned from the page")
 	}
+	// The other actions, each confirmed, each seen done by the daemon and drawn.
+	for _, step := range []struct{ action, js string }{
+		{"unprotect", `dataset.protected === "false"`},
+		{"suspend", `dataset.state === "suspended"`},
+		{"resume", `dataset.state === "live"`},
+	} {
+		run(t, ctx, step.action+" from the page",
+			chromedp.Click(chromedp.CSS(row(made))),
+			chromedp.Click(chromedp.CSS(`#detail [data-action="`+step.action+`"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
+			chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		)
+		waitJS(t, ctx, step.action+" drawn", fmt.Sprintf(`document.querySelector(%q)?.%s`, row(made), step.js))
+	}
+	if n := nodeStates(t, d, "t1")[made]; n.Protected || n.State != api.StateLive {
+		t.Errorf("after unprotect, suspend and resume from the page the daemon has %+v", n)
+	}
+	if err := os.WriteFile(filepath.Join(nodeStates(t, d, "t1")[made].Path, "page.txt"), []byte("from the page\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "commit from the page",
+		chromedp.Click(chromedp.CSS(row(made))),
+		chromedp.Click(chromedp.CSS(`#detail [data-action="commit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
+		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+	)
+	waitJS(t, ctx, "the committed node goes", fmt.Sprintf(`!window.__arbor.states[%q]`, made))
+	if b, err := os.ReadFile(filepath.Join(d.Base, "page.txt")); err != nil || string(b) != "from the page\n" {
+		t.Errorf("the page's commit: base has %q, %v", b, err)
+	}
+	waitJS(t, ctx, "scroll to the top", fmt.Sprintf(`(() => { const v = document.getElementById("viewport"); v.scrollTop = 0; v.dispatchEvent(new Event("scroll")); return !!document.querySelector(%q); })()`, row(batch[0].NodeID)))
+	run(t, ctx, "abort from the page",
+		chromedp.Click(chromedp.CSS(row(batch[0].NodeID))),
+		chromedp.Click(chromedp.CSS(`#detail [data-action="abort"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
+		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+	)
+	waitJS(t, ctx, "the aborted node goes", fmt.Sprintf(`!window.__arbor.states[%q]`, batch[0].NodeID))
+	if _, ok := nodeStates(t, d, "t1")[batch[0].NodeID]; ok {
+		t.Error("the page's abort did not abort")
+	}
 	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
