@@ -46,24 +46,7 @@ var transports = []struct {
 		// daemon's socket, on a pipe for stdio.
 		cl := client.New(d.Socket)
 		t.Cleanup(func() { cl.Close() })
-		srv, err := mcpserver.New(mcpserver.Config{Handler: mcpserver.Socket{Client: cl}, Version: "test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, ct := mcp.NewInMemoryTransports()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- srv.Serve(ctx, st) }()
-		t.Cleanup(func() {
-			cancel()
-			<-done
-			srv.Close()
-		})
-		cs, err := c.Connect(t.Context(), ct, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cs
+		return pipe(t, mcpserver.Config{Handler: mcpserver.Socket{Client: cl}, Version: "test"}, c, o)
 	}},
 	{"http", func(t *testing.T, d daemontest.Daemon, c *mcp.Client, o *mcp.ClientSessionOptions) *mcp.ClientSession {
 		hc := &http.Client{Transport: bearer{http.DefaultTransport}}

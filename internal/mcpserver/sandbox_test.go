@@ -53,7 +53,9 @@ func (r *recorder) Diff(ctx context.Context, tree, node string) ([]api.Change, e
 	return []api.Change{{Kind: "added", Path: "a"}}, r.fails
 }
 
-func connect(t *testing.T, cfg mcpserver.Config) agent {
+// pipe serves cfg to the client c over an in-process pipe (stdio's
+// framing) until the test ends.
+func pipe(t *testing.T, cfg mcpserver.Config, c *mcp.Client, o *mcp.ClientSessionOptions) *mcp.ClientSession {
 	srv, err := mcpserver.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -63,12 +65,16 @@ func connect(t *testing.T, cfg mcpserver.Config) agent {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, st) }()
 	t.Cleanup(func() { cancel(); <-done; srv.Close() })
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil).Connect(t.Context(), ct, nil)
+	cs, err := c.Connect(t.Context(), ct, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	return agent{t, cs}
+	return cs
+}
+
+func connect(t *testing.T, cfg mcpserver.Config) agent {
+	return agent{t, pipe(t, cfg, mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil), nil)}
 }
 
 // TestSandboxTools: with a Sandbox, exec and the files tools reach it
