@@ -131,7 +131,7 @@ otherwise).`,
 		c.GroupID = "tree"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{e.daemonCmd(), e.doctorCmd(), e.demoCmd(), e.benchCmd(), withOps(e.pingCmd(), api.OpPing), e.versionCmd()} {
+	for _, c := range []*cobra.Command{e.daemonCmd(), e.doctorCmd(), e.demoCmd(), e.benchCmd(), e.mcpCmd(), withOps(e.pingCmd(), api.OpPing), e.versionCmd()} {
 		c.GroupID = "other"
 		root.AddCommand(c)
 	}

@@ -66,6 +66,7 @@ func TestScripts(t *testing.T) {
 			"freeport": cmdFreePort,
 			"httpget":  cmdHTTPGet,
 			"waitsock": cmdWaitSock,
+			"mcpagent": cmdMCPAgent,
 		},
 	})
 }

@@ -21,7 +21,9 @@ import (
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
 	"github.com/arbor-dev/arbor/internal/lineapi"
+	"github.com/arbor-dev/arbor/internal/mcpserver"
 	"github.com/arbor-dev/arbor/internal/metrics"
+	"github.com/arbor-dev/arbor/internal/webui"
 	"github.com/arbor-dev/arbor/internal/workspace"
 )
 
@@ -115,7 +117,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	defer auditFile.Close() // after the cleanups below: the engine's views audit until it closes
+	defer auditFile.Close()          // after the cleanups below: the engine's views audit until it closes
 	aud := audit.New(auditFile, log) // one writer for every face
 	h, closeAll, err := compose(cfg.Home, cfg.Passthrough, ab, log, m, aud)
 	if err != nil {
@@ -151,7 +153,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	wg.Add(1)
 	go func() { defer wg.Done(); errs <- line.Serve(ctx, ln) }()
 	if cfg.HTTPAddr != "" {
-		hs, err := httpapi.New(httpapi.Config{Addr: cfg.HTTPAddr, Token: cfg.Token, Handler: h, Metrics: m, Audit: aud, Logger: log, Version: Version})
+		ms, err := mcpserver.New(mcpserver.Config{Handler: h, Version: Version, Logger: log, Metrics: m})
+		if err != nil {
+			return err
+		}
+		cleanups = append(cleanups, func() { ms.Close() })
+		hs, err := httpapi.New(httpapi.Config{Addr: cfg.HTTPAddr, Token: cfg.Token, Handler: h, Metrics: m, Audit: aud, Logger: log, Version: Version,
+			MCP: ms.HTTPHandler(), UI: webui.Handler()})
 		if err != nil {
 			return err
 		}

@@ -15,8 +15,9 @@
 //
 // and the face adds GET /v1/events[?tree=ID] (tree_watch of one or every
 // tree), GET /v1/openapi.json (all of it as OpenAPI 3, checked against the
-// table by the tests), GET /metrics (Prometheus) and GET /healthz (liveness,
-// without the token).
+// table by the tests), GET /metrics (Prometheus), GET /healthz (liveness,
+// without the token), /mcp (the MCP server's streamable HTTP, Config.MCP)
+// and GET /ui/ (the web view's files, without the token, Config.UI).
 //
 // A reply body is the api.Response of the verb, exactly as the JSON-lines
 // face sends it. An error is {"status":"error","code","message"} with the
@@ -41,8 +42,8 @@
 //
 // # Security
 //
-// Every route but /healthz needs "Authorization: Bearer <token>",
-// compared in constant time (over SHA-256 digests, so the length does not
+// Every route but /healthz and GET /ui/ (static files, no data) needs
+// "Authorization: Bearer <token>", compared in constant time (over SHA-256 digests, so the length does not
 // leak either); New refuses a Config without a Token (the daemon generates
 // one when none is given). The token is HTTP's only credential: the paths a
 // request names are checked as the daemon's own user (access.Self). The audit log (internal/audit, shared

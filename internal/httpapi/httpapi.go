@@ -63,6 +63,10 @@ type Config struct {
 	// in the kernel's listen backlog, holding no descriptor of the daemon
 	// (its mounts and stores keep theirs). 0 means DefaultMaxConns.
 	MaxConns int
+	// MCP serves /mcp behind the token (the MCP server's streamable HTTP);
+	// UI serves /ui/, which alone with /healthz needs no token (the web
+	// view's static files: the page asks for the token). nil serves none.
+	MCP, UI http.Handler
 }
 
 // DefaultMaxConns is the HTTP face's default connection cap.
@@ -122,6 +126,12 @@ func New(cfg Config) (*Server, error) {
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.method+" "+rt.pattern, rt.h)
 	}
+	if cfg.MCP != nil {
+		s.mux.Handle("/mcp", untilStop(cfg.MCP))
+	}
+	if cfg.UI != nil {
+		s.mux.Handle("GET /ui/", cfg.UI)
+	}
 	return s, nil
 }
 
@@ -158,6 +168,20 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 type stopKey struct{}
+
+// untilStop ends h's requests when the server shuts down: an MCP client's
+// open stream would otherwise hold Shutdown for its whole timeout.
+func untilStop(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if stopping, ok := r.Context().Value(stopKey{}).(context.Context); ok {
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			defer context.AfterFunc(stopping, cancel)()
+			r = r.WithContext(ctx)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
 
 // Serve serves on ln until ctx ends; it owns ln. At most Config.MaxConns
 // connections are open at once.
@@ -241,7 +265,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.audit(r, rec, time.Since(start))
 	}()
-	if r.URL.Path != "/healthz" && !s.authorized(r) {
+	public := r.URL.Path == "/healthz" ||
+		s.cfg.UI != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/"))
+	if !public && !s.authorized(r) {
 		rec.Header().Set("WWW-Authenticate", `Bearer realm="arbord"`)
 		writeError(rec, api.Errorf(api.ErrAuth, "missing or wrong bearer token"))
 		s.cfg.Metrics.Observe(metrics.FaceHTTP, metrics.OpUnknown, api.CodeAuth, time.Since(start))

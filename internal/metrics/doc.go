@@ -5,7 +5,7 @@
 // Vocabulary
 //
 //   - face: the door a request came in by ("line" for JSON-lines over the
-//     Unix socket, "http" for REST).
+//     Unix socket, "http" for REST, "mcp" for an MCP tool call).
 //   - op: the wire op name (tree_fork, tree_commit, ...). Faces pass only
 //     known ops or "unknown", so label cardinality stays bounded.
 //   - code: "ok" for success, else the api error code (not_found, stale, ...).

@@ -16,6 +16,7 @@ const (
 	// FaceCtl: the verbs a view's control files (writes and ioctls on
 	// .branchfs_ctl) ask for.
 	FaceCtl = "ctl"
+	FaceMCP = "mcp" // the MCP server's tool calls (internal/mcpserver)
 )
 
 // CodeOK is the code label of a successful request.
