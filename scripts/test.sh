@@ -9,6 +9,10 @@ export PATH=$PATH:/usr/local/go/bin
 bash scripts/setup.sh
 
 export ARBOR_TEST_REQUIRE=${ARBOR_TEST_REQUIRE:-all}
+# What tests leave for people to look at (the web view's screenshot): kept
+# after the run, unlike the run's directory.
+export ARBOR_ARTIFACTS=${ARBOR_ARTIFACTS:-$PWD/artifacts}
+mkdir -p "$ARBOR_ARTIFACTS"
 
 # Everything this run makes goes under a temporary directory of its own
 # (the tests' temporary files, mounts and daemon homes), and every process
