@@ -5,7 +5,7 @@
 //
 // ARBOR_TEST_REQUIRE is "all" (every capability; scripts/test.sh sets it)
 // or a comma-separated list of capability names: root, fuse, tmpfs,
-// python3, fuse-overlayfs, overlayfs. Unset or empty, every missing
+// python3, fuse-overlayfs, overlayfs, cgroup. Unset or empty, every missing
 // capability skips.
 package testenv
 
@@ -27,6 +27,9 @@ const (
 	Python        = "python3"
 	FuseOverlayfs = "fuse-overlayfs"
 	Overlayfs     = "overlayfs"
+	// Cgroup: a cgroup hierarchy this process can create cgroups in
+	// (cgroup2, or a v1 freezer), for process sandboxes.
+	Cgroup = "cgroup"
 )
 
 // Required reports whether ARBOR_TEST_REQUIRE names capability (or is
@@ -89,5 +92,5 @@ func NeedCommand(t testing.TB, capability, program string) {
 
 // Names lists the capabilities ARBOR_TEST_REQUIRE may name.
 func Names() []string {
-	return slices.Clone([]string{Root, FUSE, Tmpfs, Python, FuseOverlayfs, Overlayfs})
+	return slices.Clone([]string{Root, FUSE, Tmpfs, Python, FuseOverlayfs, Overlayfs, Cgroup})
 }

@@ -1,0 +1,3 @@
+package jail_test
+
+func helperMain() bool { return false }
