@@ -308,18 +308,14 @@ func (g *group) memory() (int64, error) {
 	return readInt(p)
 }
 
-// pids counts the group's processes.
+// pids counts the group's processes (not threads: a v1 pids.current
+// counts tasks).
 func (g *group) pids() (int, error) {
-	switch {
-	case g.v1 != nil && g.h.hasV1(cgroup1.Pids):
-		n, err := readInt(filepath.Join(g.h.v1Path(cgroup1.Pids, g.rel), "pids.current"))
-		return int(n), err
-	case g.v2 != nil:
+	if g.v2 != nil {
 		procs, err := g.v2.Procs(true)
 		return len(procs), err
-	default:
-		return g.countV1()
 	}
+	return g.countV1()
 }
 
 func readInt(p string) (int64, error) {

@@ -59,9 +59,10 @@ func initMain() error {
 	if err != nil || m == nil || m.Op != opSetup || m.Setup == nil {
 		return fmt.Errorf("no setup message: %v", err)
 	}
-	// Nothing the host left open without O_CLOEXEC may reach a user
-	// process: mark every fd above the socket close-on-exec.
-	if err := unix.CloseRange(initFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+	// Nothing the host left open without O_CLOEXEC, nor the socket
+	// itself (an ExtraFile, so inheritable), may reach a user process:
+	// mark every fd from the socket up close-on-exec.
+	if err := unix.CloseRange(initFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fmt.Errorf("close_range: %w", err)
 	}
 	// Not dumpable: /proc/1 is root's and ptrace-protected from the
@@ -276,25 +277,35 @@ func newSpawner() (*spawner, error) {
 	filter := seccompFilter()
 	s := &spawner{reqs: make(chan spawnReq)}
 	ready := make(chan error)
-	go func() {
-		// Locked for good: the policy lives on this thread only, and
-		// the thread ends with init.
-		runtime.LockOSThread()
-		err := restrictThread(ruleset, flags, filter)
-		unix.Close(ruleset)
-		ready <- err
-		if err != nil {
-			return
-		}
-		for r := range s.reqs {
-			pid, err := syscall.ForkExec(r.argv[0], r.argv, r.attr)
-			r.done <- spawnRes{pid, err}
-		}
-	}()
+	go s.lockAndRun(ruleset, flags, filter, ready)
 	if err := <-ready; err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// lockAndRun locks the calling goroutine to its thread for good (the
+// policy lives on that thread only, and it ends with init), restricts
+// the thread and serves spawns on it. The main thread is not fit: it is
+// the process's face to the kernel (a signal to init is checked against
+// it), so it must stay out of the user's Landlock domain. If this
+// goroutine got it, it parks there and tries again on another thread.
+func (s *spawner) lockAndRun(ruleset int, flags uint32, filter seccomp.Filter, ready chan<- error) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		go s.lockAndRun(ruleset, flags, filter, ready) // cannot land here: this thread is locked
+		select {}
+	}
+	err := restrictThread(ruleset, flags, filter)
+	unix.Close(ruleset)
+	ready <- err
+	if err != nil {
+		return
+	}
+	for r := range s.reqs {
+		pid, err := syscall.ForkExec(r.argv[0], r.argv, r.attr)
+		r.done <- spawnRes{pid, err}
+	}
 }
 
 func restrictThread(ruleset int, flags uint32, filter seccomp.Filter) error {

@@ -139,7 +139,8 @@ type Spec struct {
 	// Hostname inside; default the name.
 	Hostname string
 	// MemoryMax and PidsMax limit the sandbox (0: no limit) through the
-	// controllers the host has.
+	// controllers the host has. PidsMax counts tasks (threads), init's
+	// included: init is a Go program with a handful of threads.
 	MemoryMax, PidsMax int64
 }
 
