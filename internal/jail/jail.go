@@ -403,3 +403,6 @@ func (h *hierarchy) removeEmpty(rel string) {
 		unix.Rmdir(d)
 	}
 }
+
+// Label is the manager's label.
+func (m *Manager) Label() string { return m.cfg.Label }

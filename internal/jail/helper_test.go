@@ -1,3 +1,0 @@
-package jail_test
-
-func helperMain() bool { return false }
