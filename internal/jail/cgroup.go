@@ -16,6 +16,8 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/arbor-dev/arbor/api"
 )
 
 // hierarchy is what this host's cgroups offer, found once by New.
@@ -128,8 +130,9 @@ func (h *hierarchy) v1Hierarchy() ([]cgroup1.Subsystem, error) {
 	return out, nil
 }
 
-// newGroup makes the cgroups of rel with lim. On failure nothing is left.
-func (h *hierarchy) newGroup(rel string, lim limits) (_ *group, err error) {
+// newGroup makes the cgroups of rel, without limits (setLimits sets
+// them). On failure nothing is left.
+func (h *hierarchy) newGroup(rel string) (_ *group, err error) {
 	g := &group{h: h, rel: rel}
 	defer func() {
 		if err != nil {
@@ -137,39 +140,83 @@ func (h *hierarchy) newGroup(rel string, lim limits) (_ *group, err error) {
 		}
 	}()
 	if h.v2 != "" {
-		res := &cgroup2.Resources{}
-		if h.mode == cgroups.Unified {
-			if lim.MemoryMax > 0 {
-				res.Memory = &cgroup2.Memory{Max: &lim.MemoryMax}
-			}
-			if lim.PidsMax > 0 {
-				res.Pids = &cgroup2.Pids{Max: lim.PidsMax}
-			}
-		}
-		m, err := cgroup2.NewManager(h.v2, filepath.Join(h.v2Self, rel), res)
+		m, err := cgroup2.NewManager(h.v2, filepath.Join(h.v2Self, rel), &cgroup2.Resources{})
 		if err != nil {
 			return nil, fmt.Errorf("cgroup2 %s: %w", rel, err)
 		}
 		g.v2 = m
 	}
 	if len(h.v1) > 0 {
-		if lim.MemoryMax > 0 && !h.hasV1(cgroup1.Memory) && h.mode != cgroups.Unified {
-			return nil, fmt.Errorf("a memory limit needs the memory controller, which this host lacks")
-		}
-		res := &specs.LinuxResources{}
-		if lim.MemoryMax > 0 {
-			res.Memory = &specs.LinuxMemory{Limit: &lim.MemoryMax}
-		}
-		if lim.PidsMax > 0 {
-			res.Pids = &specs.LinuxPids{Limit: &lim.PidsMax}
-		}
-		c, err := cgroup1.New(cgroup1.NestedPath(rel), res, cgroup1.WithHierarchy(h.v1Hierarchy))
+		c, err := cgroup1.New(cgroup1.NestedPath(rel), &specs.LinuxResources{}, cgroup1.WithHierarchy(h.v1Hierarchy))
 		if err != nil {
 			return nil, fmt.Errorf("cgroup v1 %s: %w", rel, err)
 		}
 		g.v1 = c
 	}
 	return g, nil
+}
+
+// dirs are the directories of rel in every hierarchy used.
+func (h *hierarchy) dirs(rel string) []string {
+	var out []string
+	if h.v2 != "" {
+		out = append(out, h.v2Path(rel))
+	}
+	for _, n := range h.v1 {
+		out = append(out, h.v1Path(n, rel))
+	}
+	return out
+}
+
+// adopt moves pid (a process alone in its cgroups, such as a spare's
+// init at its gate) into the group in every hierarchy.
+func (g *group) adopt(pid int) error {
+	if g.v2 != nil {
+		if err := g.v2.AddProc(uint64(pid)); err != nil {
+			return fmt.Errorf("move to cgroup2: %w", err)
+		}
+	}
+	return g.attachV1(pid)
+}
+
+// setLimits applies lim (before any user process runs).
+func (g *group) setLimits(lim limits) error {
+	if lim == (limits{}) {
+		return nil
+	}
+	if g.h.mode == cgroups.Unified {
+		res := &cgroup2.Resources{}
+		if lim.MemoryMax > 0 {
+			res.Memory = &cgroup2.Memory{Max: &lim.MemoryMax}
+		}
+		if lim.PidsMax > 0 {
+			res.Pids = &cgroup2.Pids{Max: lim.PidsMax}
+		}
+		if err := g.v2.ToggleControllers(res.EnabledControllers(), cgroup2.Enable); err != nil {
+			return fmt.Errorf("cgroup2 controllers: %w", err)
+		}
+		if err := g.v2.Update(res); err != nil {
+			return fmt.Errorf("cgroup2 limits: %w", err)
+		}
+		return nil
+	}
+	if lim.MemoryMax > 0 && !g.h.hasV1(cgroup1.Memory) {
+		return fmt.Errorf("%w: a memory limit needs the memory controller, which this host lacks", api.ErrUnavailable)
+	}
+	if lim.PidsMax > 0 && !g.h.hasV1(cgroup1.Pids) {
+		return fmt.Errorf("%w: a pids limit needs the pids controller, which this host lacks", api.ErrUnavailable)
+	}
+	res := &specs.LinuxResources{}
+	if lim.MemoryMax > 0 {
+		res.Memory = &specs.LinuxMemory{Limit: &lim.MemoryMax}
+	}
+	if lim.PidsMax > 0 {
+		res.Pids = &specs.LinuxPids{Limit: &lim.PidsMax}
+	}
+	if err := g.v1.Update(res); err != nil {
+		return fmt.Errorf("cgroup v1 limits: %w", err)
+	}
+	return nil
 }
 
 // v2Dir opens the cgroup2 directory for CLONE_INTO_CGROUP.

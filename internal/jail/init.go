@@ -388,6 +388,9 @@ func (s *initServer) exec(m *msg, fds []int) {
 		out = append(out, master)
 		defer unix.Close(master)
 	}
+	// "started" goes out before the reaper can know the pid: under mu,
+	// which the reaper needs to find it, so the host never sees the
+	// exit of a process it has not seen start.
 	s.mu.Lock()
 	status, exited := s.early[pid]
 	if exited {
@@ -395,8 +398,8 @@ func (s *initServer) exec(m *msg, fds []int) {
 	} else {
 		s.procs[pid] = m.ID
 	}
-	s.mu.Unlock()
 	s.write(&msg{Op: opStarted, ID: m.ID, Pid: pid}, out...)
+	s.mu.Unlock()
 	if exited {
 		s.write(&msg{Op: opExit, ID: m.ID, Status: status})
 	}

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,9 +42,13 @@ func TestNoPathOut(t *testing.T) {
 	}
 
 	// Only 0, 1 and 2 are open in a fresh process.
-	out, _, _ := sh(t, a, `ls /proc/$$/fd | tr '\n' ' '`)
+	sleeper, err := a.Start(jail.ExecSpec{Argv: []string{"sleep", "1000"}, Stdout: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := sh(t, a, fmt.Sprintf(`ls /proc/%d/fd | tr '\n' ' '`, sleeper.Pid()))
 	if out != "0 1 2 " {
-		t.Errorf("fds inside: %q, want 0 1 2", out)
+		t.Errorf("fds of a process inside: %q, want 0 1 2", out)
 	}
 	// The root's entries.
 	out, _, _ = sh(t, a, `ls -A / | tr '\n' ' '`)
@@ -372,27 +378,18 @@ func TestFreezeThaw(t *testing.T) {
 }
 
 type lockedBuffer struct {
-	mu chan struct{}
+	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) lock() {
-	if l.mu == nil {
-		l.mu = make(chan struct{}, 1)
-	}
-	l.mu <- struct{}{}
-}
-
 func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.lock()
-	defer func() { <-l.mu }()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
 func (l *lockedBuffer) String() string {
-	l.lock()
-	defer func() { <-l.mu }()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	return l.b.String()
 }
-
-var _ = fmt.Sprint

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -39,6 +40,10 @@ type Config struct {
 	// symlinks); missing ones are skipped. Default: /usr, /bin, /sbin,
 	// /lib, /lib32, /lib64, /libx32, /etc.
 	HostDirs []string
+	// Spares is how many inits are kept started ahead of need, so that
+	// Start skips the runtime's start and the cgroups' creation (see
+	// spare). Default 1; negative means none.
+	Spares int
 	// StopTimeout bounds how long Stop waits for the kernel to empty a
 	// killed sandbox's cgroup. Default 5s.
 	StopTimeout time.Duration
@@ -64,9 +69,16 @@ type Manager struct {
 	forks    chan func()
 	forkDone chan struct{}
 
-	mu        sync.Mutex          // guards sandboxes and closed
-	sandboxes map[string]*Sandbox // live sandboxes by name
-	closed    bool
+	spares   chan *spare   // ready spares (capacity cfg.Spares)
+	refill   chan struct{} // asks fill for another spare
+	closing  chan struct{} // closed by Close: fill returns
+	fillDone chan struct{} // closed when fill has returned
+
+	mu         sync.Mutex          // guards sandboxes and closed
+	sandboxes  map[string]*Sandbox // live sandboxes by name
+	spareNames map[string]bool     // cgroup paths (rel) of the spares, which Reap leaves alone
+	fillErr    error               // why the last spare could not be made, if it could not
+	closed     bool
 }
 
 // New checks cfg and the host (cgroups, namespaces are probed by the
@@ -96,6 +108,12 @@ func New(cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("jail: %w: host dir %q is the sandbox's own", api.ErrBadRequest, d)
 		}
 	}
+	if cfg.Spares == 0 {
+		cfg.Spares = 1
+	}
+	if cfg.Spares < 0 {
+		cfg.Spares = 0
+	}
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = 5 * time.Second
 	}
@@ -117,7 +135,9 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, h: h, root: filepath.Join("arbor-jail", cfg.Label), mnt: mnt, null: null,
 		forks: make(chan func()), forkDone: make(chan struct{}),
-		sandboxes: map[string]*Sandbox{},
+		sandboxes: map[string]*Sandbox{}, spareNames: map[string]bool{},
+		spares: make(chan *spare, cfg.Spares), refill: make(chan struct{}, 1),
+		closing: make(chan struct{}), fillDone: make(chan struct{}),
 	}
 	go func() {
 		defer close(m.forkDone)
@@ -126,6 +146,7 @@ func New(cfg Config) (*Manager, error) {
 			f()
 		}
 	}()
+	go m.fill()
 	return m, nil
 }
 
@@ -238,7 +259,11 @@ func (m *Manager) Reap(ctx context.Context) ([]string, error) {
 	var reaped []string
 	var errs []error
 	for _, n := range names {
-		if _, held := m.Get(n); held {
+		m.mu.Lock()
+		_, held := m.sandboxes[n]
+		held = held || m.spareNames[filepath.Join(m.root, n)]
+		m.mu.Unlock()
+		if held {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -258,7 +283,9 @@ func (m *Manager) Reap(ctx context.Context) ([]string, error) {
 			errs = append(errs, fmt.Errorf("reap %s: %w", n, err))
 			continue
 		}
-		reaped = append(reaped, n)
+		if !strings.HasPrefix(n, ".") { // a spare has no name to report
+			reaped = append(reaped, n)
+		}
 	}
 	return reaped, errors.Join(errs...)
 }
@@ -282,6 +309,12 @@ func (m *Manager) Close() error {
 		wg.Go(func() { errs[i] = s.Stop(context.Background()) })
 	}
 	wg.Wait()
+	close(m.closing)
+	<-m.fillDone
+	close(m.spares)
+	for sp := range m.spares {
+		errs = append(errs, sp.discard(m.cfg.StopTimeout))
+	}
 	close(m.forks)
 	<-m.forkDone
 	errs = append(errs, m.null.Close())
@@ -300,8 +333,21 @@ func (m *Manager) fork(cmd *exec.Cmd) error {
 // initCloneFlags are the namespaces every sandbox gets.
 const initCloneFlags = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET
 
-func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
-	m := s.m
+// A spare is an init started ahead of need: in its namespaces and in
+// cgroups of a placeholder name, waiting at its gate for a setup. Start
+// takes one when there is one, so the Go runtime's start (the package
+// inits of a big binary are most of an init's 5 ms) and the cgroups'
+// creation are off the path; it renames the cgroups, sets the limits
+// and sends the setup.
+type spare struct {
+	g        *group
+	cmd      *exec.Cmd
+	sock     int
+	initDone chan struct{}
+}
+
+// spawn starts an init in cgroups named rel and leaves it at its gate.
+func (m *Manager) spawn(rel string) (_ *spare, err error) {
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -310,22 +356,23 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 			}
 		}
 	}()
-	g, err := m.h.newGroup(filepath.Join(m.root, spec.Name), limits{MemoryMax: spec.MemoryMax, PidsMax: spec.PidsMax})
-	if err != nil {
-		return err
+	for _, d := range m.h.dirs(rel) {
+		if _, err := os.Stat(d); err == nil {
+			return nil, fmt.Errorf("%w: cgroup %s is left from an earlier run (Reap removes it)", api.ErrExists, d)
+		}
 	}
-	s.g = g
+	g, err := m.h.newGroup(rel)
+	if err != nil {
+		return nil, err
+	}
 	undo = append(undo, func() { g.kill(); g.waitEmpty(m.cfg.StopTimeout); g.remove() })
-
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("socketpair: %w", err)
+		return nil, fmt.Errorf("socketpair: %w", err)
 	}
-	s.sock = pair[0]
 	child := os.NewFile(uintptr(pair[1]), "jail-init")
 	defer child.Close()
-	undo = append(undo, func() { unix.Close(s.sock) })
-
+	undo = append(undo, func() { unix.Close(pair[0]) })
 	cmd := &exec.Cmd{
 		Path:       m.cfg.Binary,
 		Args:       []string{initArg0},
@@ -339,22 +386,150 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 	if g.v2 != nil {
 		dir, err := g.v2Dir("")
 		if err != nil {
-			return fmt.Errorf("open cgroup: %w", err)
+			return nil, fmt.Errorf("open cgroup: %w", err)
 		}
 		defer dir.Close()
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(dir.Fd())
 	}
 	if err := m.fork(cmd); err != nil {
-		return fmt.Errorf("start init: %w", err)
+		return nil, fmt.Errorf("start init: %w", err)
 	}
-	s.cmd = cmd
-	s.initDone = make(chan struct{})
-	go func() { cmd.Wait(); close(s.initDone) }()
-	undo = append(undo, func() { cmd.Process.Kill(); <-s.initDone })
-
+	sp := &spare{g: g, cmd: cmd, sock: pair[0], initDone: make(chan struct{})}
+	go func() { cmd.Wait(); close(sp.initDone) }()
+	undo = append(undo, func() { cmd.Process.Kill(); <-sp.initDone })
 	if err := g.attachV1(cmd.Process.Pid); err != nil {
-		return fmt.Errorf("attach init to v1 cgroups: %w", err)
+		return nil, fmt.Errorf("attach init to v1 cgroups: %w", err)
 	}
+	return sp, nil
+}
+
+// discard ends a spare that was never set up.
+func (sp *spare) discard(timeout time.Duration) error {
+	err := sp.g.kill()
+	sp.cmd.Process.Kill()
+	<-sp.initDone
+	unix.Close(sp.sock)
+	return errors.Join(err, sp.g.waitEmpty(timeout), sp.g.remove())
+}
+
+// takeSpare returns a spare if one is ready, and asks for another.
+func (m *Manager) takeSpare() *spare {
+	select {
+	case sp := <-m.spares:
+		select {
+		case m.refill <- struct{}{}:
+		default:
+		}
+		select {
+		case <-sp.initDone: // killed meanwhile (a Reap by another manager)
+			sp.discard(m.cfg.StopTimeout)
+			return nil
+		default:
+		}
+		return sp
+	default:
+		return nil
+	}
+}
+
+// fill keeps cfg.Spares spares ready until Close.
+func (m *Manager) fill() {
+	defer close(m.fillDone)
+	for n := 0; ; n++ {
+		if len(m.spares) < cap(m.spares) {
+			sp, err := m.spawn(filepath.Join(m.root, spareName(n)))
+			m.mu.Lock()
+			m.fillErr = err
+			m.mu.Unlock()
+			if err == nil {
+				m.mu.Lock()
+				closed := m.closed
+				if !closed {
+					m.spareNames[sp.g.rel] = true
+				}
+				m.mu.Unlock()
+				if closed {
+					sp.discard(m.cfg.StopTimeout)
+					return
+				}
+				m.spares <- sp // never blocks: only fill sends, and there is room
+				continue
+			}
+			// A failing spawn (cgroups gone, out of memory) is retried at
+			// the next Start's request; Start then spawns cold and
+			// reports the error itself.
+		}
+		select {
+		case <-m.refill:
+		case <-m.closing:
+			return
+		}
+	}
+}
+
+func spareName(n int) string { return fmt.Sprintf(".spare-%d-%d", os.Getpid(), n) }
+
+// Warm waits until the spares are ready (for a caller that wants its
+// first Start fast).
+func (m *Manager) Warm(ctx context.Context) error {
+	for len(m.spares) < cap(m.spares) {
+		m.mu.Lock()
+		err := m.fillErr
+		m.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("jail: spare: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-m.closing:
+			return fmt.Errorf("jail: %w: manager closed", api.ErrState)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
+	m := s.m
+	rel := filepath.Join(m.root, spec.Name)
+	lim := limits{MemoryMax: spec.MemoryMax, PidsMax: spec.PidsMax}
+	sp := m.takeSpare()
+	if sp != nil {
+		m.mu.Lock()
+		delete(m.spareNames, sp.g.rel)
+		m.mu.Unlock()
+		// cgroup2 renames no cgroup: make the named one and move init,
+		// still alone at its gate, into it.
+		g, err := m.h.newGroup(rel)
+		if err == nil {
+			if err = g.adopt(sp.cmd.Process.Pid); err != nil {
+				g.remove()
+			}
+		}
+		if err != nil {
+			sp.discard(m.cfg.StopTimeout)
+			return err
+		}
+		if err := sp.g.remove(); err != nil {
+			g.kill()
+			sp.g = g
+			sp.discard(m.cfg.StopTimeout)
+			return err
+		}
+		sp.g = g
+	} else if sp, err = m.spawn(rel); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			sp.discard(m.cfg.StopTimeout)
+		}
+	}()
+	if err := sp.g.setLimits(lim); err != nil {
+		return err
+	}
+	s.g, s.cmd, s.sock, s.initDone = sp.g, sp.cmd, sp.sock, sp.initDone
 	st := &setup{Mountpoint: m.mnt, Workspace: spec.Workspace, Tmp: spec.Tmp, Hostname: spec.Hostname, HostDirs: m.cfg.HostDirs}
 	if err := send(s.sock, &msg{Op: opSetup, Setup: st}); err != nil {
 		return fmt.Errorf("send setup: %w", err)
@@ -377,7 +552,7 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 	select {
 	case err = <-ready:
 	case <-ctx.Done():
-		cmd.Process.Kill() // the reader then sees the socket close
+		s.cmd.Process.Kill() // the reader then sees the socket close
 		<-ready
 		err = ctx.Err()
 	}

@@ -31,12 +31,18 @@ var nonName = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 // (and its cgroups checked gone) at the end.
 func newManager(t testing.TB) *jail.Manager {
 	t.Helper()
+	return newManagerSpares(t, 0)
+}
+
+// newManagerSpares is newManager with Config.Spares.
+func newManagerSpares(t testing.TB, spares int) *jail.Manager {
+	t.Helper()
 	testenv.NeedRoot(t, "sandboxes need namespaces and cgroups")
 	label := fmt.Sprintf("t%d-%s", os.Getpid(), nonName.ReplaceAllString(t.Name(), "_"))
 	if len(label) > 64 {
 		label = label[:64]
 	}
-	m, err := jail.New(jail.Config{StateDir: t.TempDir(), Label: label})
+	m, err := jail.New(jail.Config{StateDir: t.TempDir(), Label: label, Spares: spares})
 	if errors.Is(err, api.ErrUnavailable) {
 		testenv.Missing(t, testenv.Cgroup, err.Error())
 	}
