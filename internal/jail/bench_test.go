@@ -83,32 +83,44 @@ func unshareArgs(argv ...string) []string {
 // BenchmarkFirstByte: from nothing to the first byte of `echo hi`'s
 // output (for jail: Start, then Exec; Stop is outside the timing).
 func BenchmarkFirstByte(b *testing.B) {
-	b.Run("jail", func(b *testing.B) {
-		m := newManager(b)
-		ws, tmp := b.TempDir(), b.TempDir()
-		var s samples
-		for i := 0; i < b.N; i++ {
-			fb := newFirstByte(b)
-			t0 := time.Now()
-			sb, err := m.Start(context.Background(), jail.Spec{Name: "fb" + strconv.Itoa(i), Workspace: ws, Tmp: tmp})
-			if err != nil {
-				b.Fatal(err)
+	// warm: a spare init is ready (Config.Spares, the default), as it is
+	// again a few ms after each Start; cold: none (Spares -1).
+	for _, v := range []struct {
+		name   string
+		spares int
+	}{{"jail-warm", 0}, {"jail-cold", -1}} {
+		b.Run(v.name, func(b *testing.B) {
+			m := newManagerSpares(b, v.spares)
+			ws, tmp := b.TempDir(), b.TempDir()
+			var s samples
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				if err := m.Warm(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				fb := newFirstByte(b)
+				b.StartTimer()
+				t0 := time.Now()
+				sb, err := m.Start(context.Background(), jail.Spec{Name: "fb" + strconv.Itoa(i), Workspace: ws, Tmp: tmp})
+				if err != nil {
+					b.Fatal(err)
+				}
+				p, err := sb.Start(jail.ExecSpec{Argv: []string{"echo", "hi"}, Stdout: fb.w})
+				if err != nil {
+					b.Fatal(err)
+				}
+				fb.wait(b)
+				s = append(s, time.Since(t0))
+				b.StopTimer()
+				p.Wait(context.Background())
+				sb.Stop(context.Background())
+				fb.r.Close()
+				fb.w.Close()
+				b.StartTimer()
 			}
-			p, err := sb.Start(jail.ExecSpec{Argv: []string{"echo", "hi"}, Stdout: fb.w})
-			if err != nil {
-				b.Fatal(err)
-			}
-			fb.wait(b)
-			s = append(s, time.Since(t0))
-			b.StopTimer()
-			p.Wait(context.Background())
-			sb.Stop(context.Background())
-			fb.r.Close()
-			fb.w.Close()
-			b.StartTimer()
-		}
-		s.report(b)
-	})
+			s.report(b)
+		})
+	}
 	tools := []struct {
 		name, prog string
 		args       func(ws, tmp string) []string

@@ -495,29 +495,11 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 	rel := filepath.Join(m.root, spec.Name)
 	lim := limits{MemoryMax: spec.MemoryMax, PidsMax: spec.PidsMax}
 	sp := m.takeSpare()
-	if sp != nil {
+	warm := sp != nil
+	if warm {
 		m.mu.Lock()
 		delete(m.spareNames, sp.g.rel)
 		m.mu.Unlock()
-		// cgroup2 renames no cgroup: make the named one and move init,
-		// still alone at its gate, into it.
-		g, err := m.h.newGroup(rel)
-		if err == nil {
-			if err = g.adopt(sp.cmd.Process.Pid); err != nil {
-				g.remove()
-			}
-		}
-		if err != nil {
-			sp.discard(m.cfg.StopTimeout)
-			return err
-		}
-		if err := sp.g.remove(); err != nil {
-			g.kill()
-			sp.g = g
-			sp.discard(m.cfg.StopTimeout)
-			return err
-		}
-		sp.g = g
 	} else if sp, err = m.spawn(rel); err != nil {
 		return err
 	}
@@ -526,10 +508,7 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 			sp.discard(m.cfg.StopTimeout)
 		}
 	}()
-	if err := sp.g.setLimits(lim); err != nil {
-		return err
-	}
-	s.g, s.cmd, s.sock, s.initDone = sp.g, sp.cmd, sp.sock, sp.initDone
+	s.cmd, s.sock, s.initDone = sp.cmd, sp.sock, sp.initDone
 	st := &setup{Mountpoint: m.mnt, Workspace: spec.Workspace, Tmp: spec.Tmp, Hostname: spec.Hostname, HostDirs: m.cfg.HostDirs}
 	if err := send(s.sock, &msg{Op: opSetup, Setup: st}); err != nil {
 		return fmt.Errorf("send setup: %w", err)
@@ -549,6 +528,35 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 		}
 		ready <- err
 	}()
+	// While init builds the root (it runs no user code before an exec,
+	// and none comes before Start returns), a spare's init moves into
+	// the named cgroups and the limits are set.
+	cgErr := func() error {
+		if warm {
+			// cgroup2 renames no cgroup: make the named one and move
+			// init, still the only process, into it.
+			g, err := m.h.newGroup(rel)
+			if err != nil {
+				return err
+			}
+			if err := g.adopt(sp.cmd.Process.Pid); err != nil {
+				g.remove()
+				return err
+			}
+			old := sp.g
+			sp.g = g
+			if err := old.remove(); err != nil {
+				return err
+			}
+		}
+		return sp.g.setLimits(lim)
+	}()
+	s.g = sp.g
+	if cgErr != nil {
+		sp.cmd.Process.Kill()
+		<-ready
+		return cgErr
+	}
 	select {
 	case err = <-ready:
 	case <-ctx.Done():
