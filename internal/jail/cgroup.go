@@ -308,7 +308,7 @@ func (g *group) waitEmpty(d time.Duration) error {
 			return fmt.Errorf("cgroup %s still has processes after %v", g.rel, d)
 		}
 		time.Sleep(sleep)
-		if sleep < 5*time.Millisecond {
+		if sleep < 500*time.Microsecond {
 			sleep *= 2
 		}
 	}
