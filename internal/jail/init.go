@@ -56,8 +56,8 @@ func initMain() error {
 	buf, oob := make([]byte, maxPacket), make([]byte, unix.CmsgSpace(4*8))
 	m, fds, err := recv(initFD, buf, oob) // the gate: the host has placed us in every cgroup
 	closeAll(fds)
-	if err != nil || m == nil || m.Op != opSetup || m.Setup == nil {
-		return fmt.Errorf("no setup message: %v", err)
+	if err != nil || m == nil || m.Op != opPrepare || m.Setup == nil {
+		return fmt.Errorf("no prepare message: %v", err)
 	}
 	// Nothing the host left open without O_CLOEXEC, nor the socket
 	// itself (an ExtraFile, so inheritable), may reach a user process:
@@ -72,14 +72,26 @@ func initMain() error {
 		return fmt.Errorf("not dumpable: %w", err)
 	}
 	signal.Ignore(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGPIPE, unix.SIGUSR1, unix.SIGUSR2, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU)
-	if err := buildRoot(m.Setup); err != nil {
+	// Phase 1, ahead of need (a spare stops here): everything but the
+	// node's own directories.
+	top := m.Setup.Mountpoint
+	if err := buildSkeleton(top, m.Setup.HostDirs); err != nil {
+		return err
+	}
+	if err := loopbackUp(); err != nil {
+		return err
+	}
+	// Phase 2: the node's directories, the pivot, the policy.
+	m, fds, err = recv(initFD, buf, oob)
+	closeAll(fds)
+	if err != nil || m == nil || m.Op != opSetup || m.Setup == nil {
+		return fmt.Errorf("no setup message: %v", err)
+	}
+	if err := finishRoot(top, m.Setup); err != nil {
 		return err
 	}
 	if err := unix.Sethostname([]byte(m.Setup.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)
-	}
-	if err := loopbackUp(); err != nil {
-		return err
 	}
 	sp, err := newSpawner()
 	if err != nil {
@@ -96,15 +108,14 @@ func initMain() error {
 	return nil
 }
 
-// buildRoot makes the sandbox's root filesystem in a tmpfs on the
-// mountpoint and pivots into it. Everything here happens in the
-// sandbox's own mount namespace, made private first, so the host sees
+// buildSkeleton makes the sandbox's root filesystem but for /workspace
+// and /tmp in a tmpfs on the mountpoint top. Everything here happens in
+// the sandbox's own mount namespace, made private first, so the host sees
 // no mount and a crash leaves none behind.
-func buildRoot(s *setup) error {
+func buildSkeleton(top string, hostDirs []string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
-	top := s.Mountpoint
 	if err := unix.Mount("tmpfs", top, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
 		return fmt.Errorf("tmpfs root: %w", err)
 	}
@@ -114,7 +125,7 @@ func buildRoot(s *setup) error {
 			return err
 		}
 	}
-	for _, d := range s.HostDirs {
+	for _, d := range hostDirs {
 		fi, err := os.Lstat(d)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -143,14 +154,6 @@ func buildRoot(s *setup) error {
 			return err
 		}
 	}
-	for _, b := range []struct{ src, dst string }{{s.Workspace, r + "/workspace"}, {s.Tmp, r + "/tmp"}} {
-		if err := unix.Mount(b.src, b.dst, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind %s: %w", b.src, err)
-		}
-		if err := unix.Mount("", b.dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-			return fmt.Errorf("nosuid,nodev %s: %w", b.dst, err)
-		}
-	}
 	if err := unix.Mount("proc", r+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("proc: %w", err)
 	}
@@ -160,6 +163,21 @@ func buildRoot(s *setup) error {
 	// The skeleton itself is read-only: writes go to /workspace and /tmp.
 	if err := unix.Mount("", r+"/dev", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("read-only /dev: %w", err)
+	}
+	return nil
+}
+
+// finishRoot binds the node's directories into the skeleton at top and
+// pivots into it.
+func finishRoot(top string, s *setup) error {
+	r := filepath.Join(top, userRoot)
+	for _, b := range []struct{ src, dst string }{{s.Workspace, r + "/workspace"}, {s.Tmp, r + "/tmp"}} {
+		if err := unix.Mount(b.src, b.dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", b.src, err)
+		}
+		if err := unix.Mount("", b.dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return fmt.Errorf("nosuid,nodev %s: %w", b.dst, err)
+		}
 	}
 	if err := os.Chdir(top); err != nil {
 		return err

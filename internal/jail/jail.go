@@ -334,7 +334,8 @@ func (m *Manager) fork(cmd *exec.Cmd) error {
 const initCloneFlags = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET
 
 // A spare is an init started ahead of need: in its namespaces and in
-// cgroups of a placeholder name, waiting at its gate for a setup. Start
+// cgroups of a placeholder name, its root built but for the node's
+// directories, waiting for a setup. Start
 // takes one when there is one, so the Go runtime's start (the package
 // inits of a big binary are most of an init's 5 ms) and the cgroups'
 // creation are off the path; it renames the cgroups, sets the limits
@@ -399,6 +400,9 @@ func (m *Manager) spawn(rel string) (_ *spare, err error) {
 	undo = append(undo, func() { cmd.Process.Kill(); <-sp.initDone })
 	if err := g.attachV1(cmd.Process.Pid); err != nil {
 		return nil, fmt.Errorf("attach init to v1 cgroups: %w", err)
+	}
+	if err := send(sp.sock, &msg{Op: opPrepare, Setup: &setup{Mountpoint: m.mnt, HostDirs: m.cfg.HostDirs}}); err != nil {
+		return nil, fmt.Errorf("send prepare: %w", err)
 	}
 	return sp, nil
 }
@@ -509,7 +513,7 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 		}
 	}()
 	s.cmd, s.sock, s.initDone = sp.cmd, sp.sock, sp.initDone
-	st := &setup{Mountpoint: m.mnt, Workspace: spec.Workspace, Tmp: spec.Tmp, Hostname: spec.Hostname, HostDirs: m.cfg.HostDirs}
+	st := &setup{Workspace: spec.Workspace, Tmp: spec.Tmp, Hostname: spec.Hostname}
 	if err := send(s.sock, &msg{Op: opSetup, Setup: st}); err != nil {
 		return fmt.Errorf("send setup: %w", err)
 	}

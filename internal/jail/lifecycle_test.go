@@ -213,7 +213,8 @@ func TestReap(t *testing.T) {
 	}
 	for _, p := range procs {
 		if alive(p) {
-			t.Errorf("pid %d survived Reap", p.pid)
+			st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
+			t.Errorf("pid %d survived Reap: %s", p.pid, st)
 		}
 	}
 	if err := s.Stop(context.Background()); err != nil {

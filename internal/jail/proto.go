@@ -15,7 +15,8 @@ import (
 
 // Message ops.
 const (
-	opSetup   = "setup"   // host -> init: the root filesystem to build (the gate: init waits for it)
+	opPrepare = "prepare" // host -> init: the skeleton to build (the gate: init waits for it)
+	opSetup   = "setup"   // host -> init: the node's directories, to finish the root with
 	opReady   = "ready"   // init -> host: the sandbox is up, or Err says why not
 	opExec    = "exec"    // host -> init: start a process (fds: stdin, stdout, stderr; then the cgroup dir)
 	opStarted = "started" // init -> host: ID's process runs as Pid (fds: the pty master), or Err
@@ -47,13 +48,15 @@ type msg struct {
 	Signal int    `json:"signal,omitempty"`
 }
 
-// setup is what init needs to build the sandbox.
+// setup is what init needs to build the sandbox: Mountpoint and HostDirs
+// in prepare (the same for every sandbox of a manager, so a spare has
+// them), the rest in setup.
 type setup struct {
-	Mountpoint string   `json:"mountpoint"` // an empty host directory for the new root's tmpfs
-	Workspace  string   `json:"workspace"`
-	Tmp        string   `json:"tmp"`
-	Hostname   string   `json:"hostname"`
-	HostDirs   []string `json:"host_dirs"` // top-level host paths bound read-only (or copied as symlinks)
+	Mountpoint string   `json:"mountpoint,omitempty"` // an empty host directory for the new root's tmpfs
+	HostDirs   []string `json:"host_dirs,omitempty"`  // top-level host paths bound read-only (or copied as symlinks)
+	Workspace  string   `json:"workspace,omitempty"`
+	Tmp        string   `json:"tmp,omitempty"`
+	Hostname   string   `json:"hostname,omitempty"`
 }
 
 // maxPacket bounds one message: argv and env of an exec are the big ones.
