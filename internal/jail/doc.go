@@ -7,7 +7,8 @@
 // A Manager starts sandboxes under a label; a Sandbox is one live
 // sandbox, named (a node's id); a Process is one program started in it
 // (Start) or run to its end (Exec). A spare is an init started ahead of
-// need, waiting at its gate. init is the sandbox's PID 1: a re-exec of
+// need: in placeholder cgroups, its skeleton root built, waiting for the
+// node's directories. init is the sandbox's PID 1: a re-exec of
 // the calling binary (Main recognises it) that builds the root, serves
 // exec requests over a SEQPACKET socketpair and reaps every orphan.
 //

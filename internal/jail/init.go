@@ -81,6 +81,9 @@ func initMain() error {
 	if err := loopbackUp(); err != nil {
 		return err
 	}
+	if err := send(initFD, &msg{Op: opPrepared}); err != nil {
+		return err
+	}
 	// Phase 2: the node's directories, the pivot, the policy.
 	m, fds, err = recv(initFD, buf, oob)
 	closeAll(fds)

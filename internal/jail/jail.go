@@ -404,6 +404,20 @@ func (m *Manager) spawn(rel string) (_ *spare, err error) {
 	if err := send(sp.sock, &msg{Op: opPrepare, Setup: &setup{Mountpoint: m.mnt, HostDirs: m.cfg.HostDirs}}); err != nil {
 		return nil, fmt.Errorf("send prepare: %w", err)
 	}
+	// A spare is ready when its runtime has started and its skeleton is
+	// built: most of an init's start.
+	reply, fds, err := recv(sp.sock, make([]byte, 64<<10), make([]byte, 256))
+	closeAll(fds)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("init: %w", err)
+	case reply == nil:
+		return nil, errors.New("init exited while preparing")
+	case reply.Err != "":
+		return nil, fmt.Errorf("init: %s", reply.Err)
+	case reply.Op != opPrepared:
+		return nil, fmt.Errorf("init sent %q before prepared", reply.Op)
+	}
 	return sp, nil
 }
 

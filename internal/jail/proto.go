@@ -15,13 +15,14 @@ import (
 
 // Message ops.
 const (
-	opPrepare = "prepare" // host -> init: the skeleton to build (the gate: init waits for it)
-	opSetup   = "setup"   // host -> init: the node's directories, to finish the root with
-	opReady   = "ready"   // init -> host: the sandbox is up, or Err says why not
-	opExec    = "exec"    // host -> init: start a process (fds: stdin, stdout, stderr; then the cgroup dir)
-	opStarted = "started" // init -> host: ID's process runs as Pid (fds: the pty master), or Err
-	opExit    = "exit"    // init -> host: ID's process ended with Status (a wait status)
-	opSignal  = "signal"  // host -> init: send Signal to ID's process group
+	opPrepare  = "prepare"  // host -> init: the skeleton to build (the gate: init waits for it)
+	opPrepared = "prepared" // init -> host: the skeleton is built (a failure comes as ready with Err)
+	opSetup    = "setup"    // host -> init: the node's directories, to finish the root with
+	opReady    = "ready"    // init -> host: the sandbox is up, or Err says why not
+	opExec     = "exec"     // host -> init: start a process (fds: stdin, stdout, stderr; then the cgroup dir)
+	opStarted  = "started"  // init -> host: ID's process runs as Pid (fds: the pty master), or Err
+	opExit     = "exit"     // init -> host: ID's process ended with Status (a wait status)
+	opSignal   = "signal"   // host -> init: send Signal to ID's process group
 )
 
 // msg is every message; each op uses the fields it names.
