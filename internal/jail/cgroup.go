@@ -1,7 +1,6 @@
 package jail
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -466,23 +465,4 @@ func (h *hierarchy) loadGroup(rel string) (*group, error) {
 		g.v1 = c
 	}
 	return g, nil
-}
-
-// procsOf reads a cgroup.procs file: for tests and diagnostics.
-func procsOf(path string) ([]int, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []int
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		n, err := strconv.Atoi(s.Text())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
-	return out, s.Err()
 }
