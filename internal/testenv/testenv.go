@@ -5,7 +5,7 @@
 //
 // ARBOR_TEST_REQUIRE is "all" (every capability; scripts/test.sh sets it)
 // or a comma-separated list of capability names: root, fuse, tmpfs,
-// python3, fuse-overlayfs, overlayfs, chromium. Unset or empty, every missing
+// python3, fuse-overlayfs, overlayfs, chromium, cgroup. Unset or empty, every missing
 // capability skips.
 package testenv
 
@@ -28,6 +28,9 @@ const (
 	FuseOverlayfs = "fuse-overlayfs"
 	Overlayfs     = "overlayfs"
 	Chromium      = "chromium" // Debian's chromium, for the web view's browser test
+	// Cgroup: a cgroup hierarchy this process can create cgroups in
+	// (cgroup2, or a v1 freezer), for process sandboxes.
+	Cgroup = "cgroup"
 )
 
 // Required reports whether ARBOR_TEST_REQUIRE names capability (or is
@@ -90,5 +93,5 @@ func NeedCommand(t testing.TB, capability, program string) {
 
 // Names lists the capabilities ARBOR_TEST_REQUIRE may name.
 func Names() []string {
-	return slices.Clone([]string{Root, FUSE, Tmpfs, Python, FuseOverlayfs, Overlayfs, Chromium})
+	return slices.Clone([]string{Root, FUSE, Tmpfs, Python, FuseOverlayfs, Overlayfs, Chromium, Cgroup})
 }
