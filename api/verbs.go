@@ -29,17 +29,17 @@ const (
 	// OpTreeExec runs a command in a live node's sandbox; its reply is a
 	// stream (StatusExecOutput lines, then one StatusExecExit line), like
 	// tree_watch's.
-	OpTreeExec = "tree_exec"
-	OpShutdown      = "shutdown" // ask the daemon to exit: root and the daemon's uid, over the socket only
-	OpWsMount       = "ws_mount" // workspace ops, behind arbor mount/create/diff/commit/abort/switch/list/unmount
-	OpWsUnmount     = "ws_unmount"
-	OpWsCreate      = "ws_create"
-	OpWsCommit      = "ws_commit"
-	OpWsAbort       = "ws_abort"
-	OpWsSwitch      = "ws_switch"
-	OpWsList        = "ws_list"
-	OpWsDiff        = "ws_diff"
-	OpWsMounts      = "ws_mounts"
+	OpTreeExec  = "tree_exec"
+	OpShutdown  = "shutdown" // ask the daemon to exit: root and the daemon's uid, over the socket only
+	OpWsMount   = "ws_mount" // workspace ops, behind arbor mount/create/diff/commit/abort/switch/list/unmount
+	OpWsUnmount = "ws_unmount"
+	OpWsCreate  = "ws_create"
+	OpWsCommit  = "ws_commit"
+	OpWsAbort   = "ws_abort"
+	OpWsSwitch  = "ws_switch"
+	OpWsList    = "ws_list"
+	OpWsDiff    = "ws_diff"
+	OpWsMounts  = "ws_mounts"
 )
 
 // Reply statuses the faces and clients name.
