@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -147,25 +148,42 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	defer func() { cancel(); wg.Wait() }()
-	wg.Add(1)
-	go func() { defer wg.Done(); errs <- line.Serve(ctx, ln) }()
+	// The HTTP face listens before the socket serves: a client that the
+	// socket answers finds HTTP up too (a CLI that started the daemon
+	// pings the socket, then may use HTTP).
+	var hs *httpapi.Server
+	var hln net.Listener
+	serving := false
+	defer func() {
+		if !serving {
+			ln.Close() // Serve owns it once it runs
+		}
+	}()
 	if cfg.HTTPAddr != "" {
 		ms, err := mcpserver.New(mcpserver.Config{Handler: h, Version: Version, Logger: log, Metrics: m})
 		if err != nil {
 			return err
 		}
 		cleanups = append(cleanups, func() { ms.Close() })
-		hs, err := httpapi.New(httpapi.Config{Addr: cfg.HTTPAddr, Token: cfg.Token, Handler: h, Metrics: m, Audit: aud, Logger: log, Version: Version,
-			MCP: ms.HTTPHandler(), UI: webui.Handler()})
-		if err != nil {
+		if hs, err = httpapi.New(httpapi.Config{Addr: cfg.HTTPAddr, Token: cfg.Token, Handler: h, Metrics: m, Audit: aud, Logger: log, Version: Version,
+			MCP: ms.HTTPHandler(), UI: webui.Handler()}); err != nil {
 			return err
 		}
-		wg.Add(1)
-		go func() { defer wg.Done(); errs <- hs.Run(ctx) }()
+		var lc net.ListenConfig
+		if hln, err = lc.Listen(ctx, "tcp", cfg.HTTPAddr); err != nil {
+			return fmt.Errorf("daemon: http: %w", err)
+		}
 	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	defer func() { cancel(); wg.Wait() }()
+	if hs != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- hs.Serve(ctx, hln) }()
+	}
+	wg.Add(1)
+	serving = true
+	go func() { defer wg.Done(); errs <- line.Serve(ctx, ln) }()
 	lim := line.Limits()
 	log.Info("arbord running", "home", cfg.Home, "socket", cfg.Socket, "http", cfg.HTTPAddr,
 		"max_conns", lim.MaxConns, "max_conns_per_uid", lim.MaxConnsPerUID, "idle_timeout", lim.IdleTimeout, "fd_reserve", lim.Reserve)
