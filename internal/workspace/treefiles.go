@@ -343,4 +343,5 @@ func (t *TreeFiles) Close() error {
 	}
 	return nil
 }
+
 var _ engine.ContentDiffer = (*TreeFiles)(nil)
