@@ -32,15 +32,9 @@ type Change struct {
 func (s *Store) Diff(name string) ([]Change, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	b, err := s.branch(name)
+	b, err := s.forked(name)
 	if err != nil {
-		return nil, fmt.Errorf("diff: %w", err)
-	}
-	if b.Name == Main {
-		return nil, api.Errorf(api.ErrBadRequest, "diff: main has no fork point")
-	}
-	if b.stale {
-		return nil, api.Errorf(api.ErrStale, "diff %s: the branch is stale", name)
+		return nil, fmt.Errorf("diff %s: %w", name, err)
 	}
 	paths := map[string]bool{}
 	for _, l := range b.chain[b.forkDepth:] {
@@ -65,6 +59,21 @@ func (s *Store) Diff(name string) ([]Change, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
+}
+
+// forked is the branch name, which must have a fork point to diff
+// against and not be stale. The caller holds s.mu.
+func (s *Store) forked(name string) (*Branch, error) {
+	b, err := s.branch(name)
+	switch {
+	case err != nil:
+		return nil, err
+	case b.Name == Main:
+		return nil, api.Errorf(api.ErrBadRequest, "main has no fork point")
+	case b.stale:
+		return nil, api.Errorf(api.ErrStale, "the branch is stale")
+	}
+	return b, nil
 }
 
 // DiskBytes is the bytes of regular files in the branch's own layers.
@@ -153,15 +162,9 @@ func (s *Store) DiffFile(name, rel string, max int64) (then, now Version, err er
 func (s *Store) openSides(name, rel string, vs [2]*Version, fds *[2]int) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	b, err := s.branch(name)
+	b, err := s.forked(name)
 	if err != nil {
 		return err
-	}
-	if b.Name == Main {
-		return api.Errorf(api.ErrBadRequest, "main has no fork point")
-	}
-	if b.stale {
-		return api.Errorf(api.ErrStale, "the branch is stale")
 	}
 	for i, depth := range [2]int{b.forkDepth, len(b.chain)} {
 		var st unix.Stat_t
