@@ -5,9 +5,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
-	"github.com/pmezard/go-difflib/difflib"
+	"github.com/sergi/go-diff/diffmatchpatch"
 
 	"github.com/arbor-dev/arbor/api"
 )
@@ -52,6 +53,10 @@ func (e *Engine) diff(ctx context.Context, ts *treeState, req api.Request) (api.
 			if c.Kind == "deleted" {
 				continue
 			}
+			if total >= DiffTotalMax { // past the total: not read at all
+				c.Note = fmt.Sprintf("no diff: the reply's diffs are past %d bytes", DiffTotalMax)
+				continue
+			}
 			then, now, err := cd.DiffFile(branch, c.Path, DiffFileMax)
 			if err != nil {
 				return api.Response{}, err
@@ -59,6 +64,7 @@ func (e *Engine) diff(ctx context.Context, ts *treeState, req api.Request) (api.
 			c.Diff, c.Note = TextDiff(c.Path, then, now)
 			if total+len(c.Diff) > DiffTotalMax {
 				c.Diff, c.Note = "", fmt.Sprintf("no diff: the reply's diffs are past %d bytes", DiffTotalMax)
+				total = DiffTotalMax
 			}
 			total += len(c.Diff)
 		}
@@ -94,17 +100,113 @@ func TextDiff(path string, then, now FileVersion) (diff, note string) {
 	if !then.Regular {
 		from = "/dev/null"
 	}
-	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A: lines(a), B: lines(b),
-		FromFile: from, ToFile: "b/" + path, Context: 3,
-	})
-	if err != nil {
-		return "", "no diff: " + err.Error()
-	}
+	text := unified(lines(a), lines(b), from, "b/"+path)
 	if text == "" {
 		return "", "no text change (mode or metadata)"
 	}
 	return text, ""
+}
+
+// diffContext is the unchanged lines a hunk shows around a change, and
+// diffTime the longest a line diff may take: past it the diff is still
+// right, only less small (Myers' search is cut short).
+const (
+	diffContext = 3
+	diffTime    = 500 * time.Millisecond
+)
+
+// unified is the unified diff of a to b (lines with their newlines), in
+// hunks of diffContext lines of context, over go-diff's line diff (Myers,
+// each distinct line one rune); "" if they are equal.
+func unified(a, b []string, from, to string) string {
+	ids := map[string]rune{}
+	var text []string // by id
+	runes := func(ls []string) []rune {
+		out := make([]rune, len(ls))
+		for i, l := range ls {
+			id, ok := ids[l]
+			if !ok {
+				id = rune(len(text))
+				if id >= 0xD800 { // past the surrogates, which a string cannot hold
+					id += 0x800
+				}
+				ids[l] = id
+				text = append(text, l)
+			}
+			out[i] = id
+		}
+		return out
+	}
+	line := func(id rune) string {
+		if id >= 0xD800 {
+			id -= 0x800
+		}
+		return text[id]
+	}
+	ra, rb := runes(a), runes(b)
+	dmp := diffmatchpatch.New()
+	dmp.DiffTimeout = diffTime
+	type op struct {
+		kind byte // ' ', '-', '+'
+		line string
+	}
+	var ops []op
+	var changed []int // indexes in ops
+	for _, d := range dmp.DiffMainRunes(ra, rb, false) {
+		k := map[diffmatchpatch.Operation]byte{diffmatchpatch.DiffEqual: ' ', diffmatchpatch.DiffDelete: '-', diffmatchpatch.DiffInsert: '+'}[d.Type]
+		for _, id := range d.Text {
+			if k != ' ' {
+				changed = append(changed, len(ops))
+			}
+			ops = append(ops, op{k, line(id)})
+		}
+	}
+	if len(changed) == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "--- %s\n+++ %s\n", from, to)
+	rng := func(start, n int) string {
+		if n == 1 {
+			return fmt.Sprint(start)
+		}
+		if n == 0 {
+			start--
+		}
+		return fmt.Sprintf("%d,%d", start, n)
+	}
+	lineA, lineB, next := 1, 1, 0 // the lines of ops[next] on each side
+	for i := 0; i < len(changed); {
+		// A hunk: changes no more than 2*diffContext equal lines apart.
+		j := i
+		for j+1 < len(changed) && changed[j+1]-changed[j] <= 2*diffContext+1 {
+			j++
+		}
+		start, end := max(changed[i]-diffContext, 0), min(changed[j]+diffContext+1, len(ops))
+		for ; next < start; next++ {
+			lineA, lineB = lineA+1, lineB+1 // only equal lines lie between hunks
+		}
+		var na, nb int
+		for _, o := range ops[start:end] {
+			na += boolInt(o.kind != '+')
+			nb += boolInt(o.kind != '-')
+		}
+		fmt.Fprintf(&sb, "@@ -%s +%s @@\n", rng(lineA, na), rng(lineB, nb))
+		for _, o := range ops[start:end] {
+			sb.WriteByte(o.kind)
+			sb.WriteString(o.line)
+		}
+		lineA, lineB, next = lineA+na, lineB+nb, end
+		i = j + 1
+	}
+	return sb.String()
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // lines splits b after each newline; a last line without one is marked

@@ -89,6 +89,24 @@ func TestTreeDiffTotalCap(t *testing.T) {
 	}
 }
 
+// TestTextDiffHunks: hunks as GNU diff -u makes them (the wants are its
+// output): apart, merged across up to 6 equal lines, at the start, at the end.
+func TestTextDiffHunks(t *testing.T) {
+	reg := func(s string) engine.FileVersion {
+		return engine.FileVersion{Exists: true, Regular: true, Size: int64(len(s)), Data: []byte(s)}
+	}
+	for _, c := range []struct{ a, b, want string }{
+		{"1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\n13\n14\n15\n16\n17\n18\n19\n20\n", "1\ntwo\n3\n4\n5\n6\n7\n8\n9\nten\nten2\n11\n12\n13\n14\n15\n16\n17\neighteen\n19\n20\n", "--- a/p\n+++ b/p\n@@ -1,5 +1,5 @@\n 1\n-2\n+two\n 3\n 4\n 5\n@@ -7,7 +7,8 @@\n 7\n 8\n 9\n-10\n+ten\n+ten2\n 11\n 12\n 13\n@@ -15,6 +16,6 @@\n 15\n 16\n 17\n-18\n+eighteen\n 19\n 20\n"},
+		{"1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\n13\n14\n15\n16\n17\n18\n19\n20\n", "1\ntwo\n3\n4\n5\n6\n7\n8\nnine\n10\n11\n12\n13\n14\n15\n16\n17\n18\n19\n20\n", "--- a/p\n+++ b/p\n@@ -1,12 +1,12 @@\n 1\n-2\n+two\n 3\n 4\n 5\n 6\n 7\n 8\n-9\n+nine\n 10\n 11\n 12\n"},
+		{"1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\n13\n14\n15\n16\n17\n18\n19\n20\n", "4\n5\n6\n7\n8\n9\n10\n11\n12\n13\n14\n15\n16\n17\n18\n19\n20\n", "--- a/p\n+++ b/p\n@@ -1,6 +1,3 @@\n-1\n-2\n-3\n 4\n 5\n 6\n"},
+		{"1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\n13\n14\n15\n16\n17\n18\n19\n20\n", "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\n13\n14\n15\n16\n17\n18\n19\n20\n21\n", "--- a/p\n+++ b/p\n@@ -18,3 +18,4 @@\n 18\n 19\n 20\n+21\n"},
+	} {
+		if d, _ := engine.TextDiff("p", reg(c.a), reg(c.b)); d != c.want {
+			t.Errorf("TextDiff(%q, %q) =\n%s\nwant\n%s", c.a, c.b, d, c.want)
+		}
+	}
+}
+
 func TestTextDiff(t *testing.T) {
 	reg := func(s string) engine.FileVersion {
 		return engine.FileVersion{Exists: true, Regular: true, Size: int64(len(s)), Data: []byte(s)}
