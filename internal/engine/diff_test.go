@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/engine"
 )
 
@@ -64,6 +65,10 @@ func TestTreeDiff(t *testing.T) {
 	}
 	_, err := e.Do(t.Context(), api.Request{Op: api.OpTreeDiff, TreeID: "nope", NodeID: f.NodeID})
 	wantErr(t, err, api.ErrNotFound, "tree_diff of an unknown tree")
+	// Another user may not read the tree's changes.
+	other := access.WithCred(t.Context(), access.Cred{UID: 54321, GID: 54321})
+	_, err = e.Do(other, api.Request{Op: api.OpTreeDiff, TreeID: "d", NodeID: f.NodeID})
+	wantErr(t, err, api.ErrForbidden, "tree_diff by another uid")
 }
 
 // TestTreeDiffTotalCap: past the reply's total, changes keep their paths
