@@ -44,6 +44,7 @@ func (e *Engine) diff(ctx context.Context, ts *treeState, req api.Request) (api.
 	}
 	changes = append([]api.Change{}, changes...)
 	if cd, ok := d.(ContentDiffer); ok {
+		past := fmt.Sprintf("no diff: the reply's diffs are past %d bytes", DiffTotalMax)
 		total := 0
 		for i := range changes {
 			if err := ctx.Err(); err != nil {
@@ -54,16 +55,21 @@ func (e *Engine) diff(ctx context.Context, ts *treeState, req api.Request) (api.
 				continue
 			}
 			if total >= DiffTotalMax { // past the total: not read at all
-				c.Note = fmt.Sprintf("no diff: the reply's diffs are past %d bytes", DiffTotalMax)
+				c.Note = past
 				continue
 			}
 			then, now, err := cd.DiffFile(branch, c.Path, DiffFileMax)
-			if err != nil {
+			switch {
+			case err == nil:
+			case isAPI(err): // the branch's state: stale, gone
 				return api.Response{}, err
+			default: // this path only, changed under the read (a symlink swapped in)
+				c.Note = "no diff: it changed while it was read"
+				continue
 			}
 			c.Diff, c.Note = TextDiff(c.Path, then, now)
 			if total+len(c.Diff) > DiffTotalMax {
-				c.Diff, c.Note = "", fmt.Sprintf("no diff: the reply's diffs are past %d bytes", DiffTotalMax)
+				c.Diff, c.Note = "", past
 				total = DiffTotalMax
 			}
 			total += len(c.Diff)
