@@ -117,6 +117,12 @@ type Branch struct {
 type Change struct {
 	Kind string `json:"kind"` // added, modified, deleted
 	Path string `json:"path"`
+	// Diff is a unified text diff of the path against the fork point
+	// (tree_diff, for a regular text file within the caps).
+	Diff string `json:"diff,omitempty"`
+	// Note says why tree_diff gives no Diff for a changed regular file
+	// (binary, too large, past the reply's total).
+	Note string `json:"note,omitempty"`
 }
 
 // Mount is one workspace mount.

@@ -26,6 +26,7 @@ const (
 	OpTreeDrop      = "tree_drop"   // forget a tree but keep it on disk (tree_open reloads it)
 	OpTreeDelete    = "tree_delete" // remove a tree for good: nodes, layers, metadata (the base stays)
 	OpTreeOpen      = "tree_open"
+	OpTreeDiff      = "tree_diff" // what a node changed against its fork point, with text diffs
 	// OpTreeExec runs a command in a live node's sandbox; its reply is a
 	// stream (StatusExecOutput lines, then one StatusExecExit line), like
 	// tree_watch's.
@@ -197,6 +198,7 @@ var verbTable = []Verb{
 	{Op: OpTreeUnprotect, Reply: StatusOK, Request: fNode, ReplyFields: rNode, Method: "POST", Path: nodePath + "/unprotect"},
 	{Op: OpTreeSuspend, Reply: StatusOK, Request: fNode, ReplyFields: []string{"tree_id", "node_id", "evicted"}, Method: "POST", Path: nodePath + "/suspend"},
 	{Op: OpTreeResume, Reply: "tree_resumed", Request: fNode, ReplyFields: []string{"tree_id", "node_id", "path", "evicted"}, Method: "POST", Path: nodePath + "/resume"},
+	{Op: OpTreeDiff, Reply: OpTreeDiff, ReadOnly: true, Request: fNode, ReplyFields: []string{"tree_id", "node_id", "changes"}, Method: "GET", Path: nodePath + "/diff"},
 	{Op: OpShutdown, Reply: "shutting_down"},
 	{Op: OpTreeExec, Reply: StatusExecExit, Stream: true, Request: []string{"tree_id", "node_id", "argv", "env", "cwd", "timeout_ns"},
 		ReplyFields: []string{"output", "exit"}},

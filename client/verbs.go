@@ -118,6 +118,14 @@ func (c *Client) Nodes(ctx context.Context, treeID string) (api.Response, error)
 	return c.Do(ctx, api.Request{Op: api.OpTreeNodes, TreeID: treeID})
 }
 
+// Diff returns what node changed against its fork point: each path's
+// kind, and a unified diff of each regular text file within the daemon's
+// caps (api.Change.Note says why one has none).
+func (c *Client) Diff(ctx context.Context, treeID, nodeID string) ([]api.Change, error) {
+	r, err := c.Do(ctx, api.Request{Op: api.OpTreeDiff, TreeID: treeID, NodeID: nodeID})
+	return r.Changes, err
+}
+
 // List returns every tree.
 func (c *Client) List(ctx context.Context) ([]api.Tree, error) {
 	r, err := c.Do(ctx, api.Request{Op: api.OpTreeList})

@@ -31,7 +31,7 @@ are at its path (arbor tree nodes shows it) while it is live.`,
 		ValidArgsFunction: cobra.NoFileCompletions,
 	}
 	t.AddCommand(withOps(e.treeCreateCmd(), api.OpTreeCreate), withOps(e.treeForkCmd(), api.OpTreeFork, api.OpTreeForkBatch),
-		withOps(e.treeRollbackCmd(), api.OpTreeRollback))
+		withOps(e.treeRollbackCmd(), api.OpTreeRollback), withOps(e.treeDiffCmd(), api.OpTreeDiff))
 	for _, v := range []struct{ name, op, short, long, done string }{
 		{"commit", api.OpTreeCommit, "Make a node's state its parent's (first commit wins)",
 			"Applies NODE's changes to its parent atomically and durably (into the base\ndirectory when the parent is the root). The siblings forked at the same point\nbecome stale.", "committed"},
@@ -230,6 +230,35 @@ func (e *env) nodeVerbCmd(name, op, short, long, done string) *cobra.Command {
 				fmt.Fprintf(w, "; stale now: %s", strings.Join(resp.Stale, ", "))
 			}
 			fmt.Fprintln(w)
+		})
+	}
+	return cmd
+}
+
+// treeDiffCmd is tree diff TREE NODE: the node's changes, each text diff
+// after its path.
+func (e *env) treeDiffCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "diff TREE NODE",
+		Short: "What a node changed against its fork point, with text diffs",
+		Long: `Lists what NODE changed against its fork point (A added, M modified, D deleted),
+each regular text file followed by its unified diff. A file over 256 KiB, a
+binary one, or one past 2 MiB of diff in all shows why it has none.`,
+		Example:           "  arbor tree diff t1 n2\n  arbor tree diff t1 n2 -o json",
+		Args:              exactArgs(2, 2),
+		ValidArgsFunction: e.completeTree(true),
+	}
+	out := addOutput(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return e.treeDo(api.Request{Op: api.OpTreeDiff, TreeID: args[0], NodeID: args[1]}, out, func(w io.Writer, resp api.Response) {
+			for _, c := range resp.Changes {
+				mark := map[string]string{"added": "A", "modified": "M", "deleted": "D"}[c.Kind]
+				fmt.Fprintf(w, "%s %s\n", mark, c.Path)
+				if c.Note != "" {
+					fmt.Fprintf(w, "  (%s)\n", c.Note)
+				}
+				fmt.Fprint(w, c.Diff)
+			}
 		})
 	}
 	return cmd

@@ -103,6 +103,24 @@ type Differ interface {
 	Diff(branch string) ([]api.Change, error)
 }
 
+// ContentDiffer is a Differ that can also give one changed path's content
+// at the branch's fork point and now (tree_diff's text diffs).
+type ContentDiffer interface {
+	Differ
+	// DiffFile gives path (as Diff names it) at the fork point (then) and
+	// now, each one's data only if it is a regular file of at most max
+	// bytes; a symlink is reported, never followed.
+	DiffFile(branch, path string, max int64) (then, now FileVersion, err error)
+}
+
+// FileVersion is a path on one side of a branch's change.
+type FileVersion struct {
+	Exists  bool
+	Regular bool   // a regular file: only then Size and Data
+	Size    int64  // bytes
+	Data    []byte // nil when Size is over the asked max
+}
+
 // Quotas is a Files that can cap what one branch's own layer holds.
 type Quotas interface {
 	SetQuota(branch string, bytes int64) error

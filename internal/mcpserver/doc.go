@@ -25,7 +25,7 @@
 // context (never a request's) and ends when the last subscriber leaves,
 // or when Close is called.
 //
-// Sharp edges: exec, read_file, write_file, list_files and diff need the
+// Sharp edges: exec, read_file, write_file and list_files need the
 // sandbox backend seam (issues 10 and 11); until a Sandbox is given they
 // answer the tool error not_supported. A session that disconnects without
 // unsubscribing (the legacy protocol has no signal for it) keeps its tree's

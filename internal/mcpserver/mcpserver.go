@@ -45,7 +45,7 @@ const (
 // Config configures New. Handler is required.
 type Config struct {
 	Handler Handler
-	// Sandbox serves exec, the files tools and diff; nil answers them
+	// Sandbox serves exec and the files tools; nil answers them
 	// not_supported.
 	Sandbox Sandbox
 	// Version is reported in the initialize reply.

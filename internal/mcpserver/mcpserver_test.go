@@ -233,6 +233,14 @@ func scriptedAgent(t *testing.T, d daemontest.Daemon, i int, name string, connec
 		}
 	}
 	winner, losers := fork.Forks[1], []string{fork.Forks[0].NodeID, fork.Forks[2].NodeID}
+	// diff (tree_diff) shows the winner's change with its text diff.
+	var diff mcpserver.DiffOut
+	a.call("diff", map[string]any{"tree_id": tree.TreeID, "node_id": winner.NodeID}, &diff)
+	if len(diff.Changes) != 1 || diff.Changes[0].Kind != "added" || diff.Changes[0].Path != "strategy.txt" ||
+		!strings.Contains(diff.Changes[0].Diff, "\n+rewrite\n") {
+		t.Errorf("diff of %s: %+v", winner.NodeID, diff)
+	}
+	a.fail("diff", rootArgs, api.CodeBadRequest) // the root has no fork point
 	var commit mcpserver.CommitOut
 	a.call("commit", map[string]any{"tree_id": tree.TreeID, "node_id": winner.NodeID}, &commit)
 	if commit.Parent != tree.Root {
@@ -303,14 +311,13 @@ func scriptedAgent(t *testing.T, d daemontest.Daemon, i int, name string, connec
 	for _, id := range losers {
 		a.call("abort", map[string]any{"tree_id": tree.TreeID, "node_id": id}, nil)
 	}
-	// exec and files wait for the sandbox seam.
+	// exec and the files tools wait for the sandbox seam.
 	node := map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root}
 	for name, args := range map[string]map[string]any{
 		"exec":       {"argv": []string{"true"}},
 		"read_file":  {"path": "main.go"},
 		"write_file": {"path": "x", "content": "y"},
 		"list_files": {"path": ""},
-		"diff":       {},
 	} {
 		maps := map[string]any{}
 		for k, v := range node {

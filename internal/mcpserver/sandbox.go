@@ -10,7 +10,7 @@ import (
 	"github.com/arbor-dev/arbor/api"
 )
 
-// Sandbox serves exec, the files tools and diff on a node: the verbs the
+// Sandbox serves exec and the files tools on a node: the verbs the
 // backend seam (issue 10) and the process sandbox (issue 11) add to the
 // engine, as these tools will call them. Config.Sandbox is nil until they
 // land, and those tools answer not_supported. Errors wrap api sentinels,
@@ -26,8 +26,6 @@ type Sandbox interface {
 	WriteFile(ctx context.Context, treeID, nodeID, path string, data []byte, mode fs.FileMode) error
 	// ListFiles lists a directory of the node.
 	ListFiles(ctx context.Context, treeID, nodeID, dir string) ([]FileEntry, error)
-	// Diff lists the paths the node changed against its fork point.
-	Diff(ctx context.Context, treeID, nodeID string) ([]api.Change, error)
 }
 
 // Bounds of exec and read_file.

@@ -49,10 +49,6 @@ func (r *recorder) ListFiles(ctx context.Context, tree, node, dir string) ([]mcp
 	return nil, r.fails
 }
 
-func (r *recorder) Diff(ctx context.Context, tree, node string) ([]api.Change, error) {
-	return []api.Change{{Kind: "added", Path: "a"}}, r.fails
-}
-
 // pipe serves cfg to the client c over an in-process pipe (stdio's
 // framing) until the test ends.
 func pipe(t *testing.T, cfg mcpserver.Config, c *mcp.Client, o *mcp.ClientSessionOptions) *mcp.ClientSession {
@@ -118,11 +114,6 @@ func TestSandboxTools(t *testing.T) {
 		t.Errorf("write_file's default mode %v", sb.mode)
 	}
 	a.fail("write_file", node("path", "a", "content", "b", "mode", 0o4755), api.CodeBadRequest)
-	var diff mcpserver.DiffOut
-	a.call("diff", node(), &diff)
-	if len(diff.Changes) != 1 {
-		t.Errorf("diff %+v", diff)
-	}
 	sb.fails = api.Errorf(api.ErrState, "node n2 is suspended")
 	a.fail("exec", node("argv", []string{"true"}), api.CodeState)
 	a.fail("list_files", node("path", ""), api.CodeState)

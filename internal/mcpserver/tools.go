@@ -91,7 +91,7 @@ type DoneOut struct {
 
 // DiffOut is diff's output.
 type DiffOut struct {
-	Changes []api.Change `json:"changes" jsonschema:"paths the node changed against its fork point: kind (added, modified, deleted) and path"`
+	Changes []api.Change `json:"changes" jsonschema:"paths the node changed against its fork point: kind (added, modified, deleted), path, and for a regular text file a unified diff (diff) or why there is none (note)"`
 }
 
 func (s *Server) addTools() {
@@ -162,13 +162,10 @@ func (s *Server) addTools() {
 			return ForkOut{Forks: nonNil(r.Forks), Evicted: r.Evicted}, err
 		})
 	tool(s, &mcp.Tool{Name: "diff", Annotations: ro,
-		Description: "What a node changed against its fork point: each added, modified or deleted path."},
+		Description: "What a node changed against its fork point: each added, modified or deleted path, with a unified diff of each regular text file (up to 256 KiB a file and 2 MiB in all; past that, or for a binary file, a note says why there is none). The root has no fork point."},
 		func(ctx context.Context, in NodeIn) (DiffOut, error) {
-			if s.cfg.Sandbox == nil {
-				return DiffOut{}, notSupported("diff")
-			}
-			ch, err := s.cfg.Sandbox.Diff(ctx, in.TreeID, in.NodeID)
-			return DiffOut{Changes: nonNil(ch)}, err
+			r, err := s.call(ctx, api.Request{Op: api.OpTreeDiff, TreeID: in.TreeID, NodeID: in.NodeID})
+			return DiffOut{Changes: nonNil(r.Changes)}, err
 		})
 	s.addSandboxTools(ro, mutating)
 }

@@ -149,6 +149,13 @@ func TestLiveView(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(forks[1].Path, "fix.txt"), []byte("fixed\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Selecting the node shows its diff against the fork point: the path
+	// and the text diff, drawn as text.
+	run(t, ctx, "select "+forks[1].NodeID, chromedp.Click(chromedp.CSS(row(forks[1].NodeID))))
+	waitJS(t, ctx, "the diff shows fix.txt", `document.querySelector('#detail .change[data-path="fix.txt"] code')?.textContent === "A fix.txt"`)
+	waitJS(t, ctx, "the diff shows the added line", `document.querySelector('#detail .change[data-path="fix.txt"] pre')?.textContent.split("\n").includes("+fixed")`)
+	run(t, ctx, "select the root", chromedp.Click(chromedp.CSS(row(root))))
+	waitJS(t, ctx, "the root has no fork point", `document.getElementById("detail").textContent.includes("The root has no fork point")`)
 	if _, err := d.Client.Commit(bg, "t1", forks[1].NodeID); err != nil {
 		t.Fatal(err)
 	}

@@ -254,6 +254,15 @@ func (t *TreeFiles) Diff(branch string) ([]api.Change, error) {
 	return out, nil
 }
 
+// DiffFile gives path at branch's fork point and now (store.DiffFile).
+func (t *TreeFiles) DiffFile(branch, path string, max int64) (then, now engine.FileVersion, err error) {
+	a, b, err := t.st.DiffFile(branch, path, max)
+	conv := func(v store.Version) engine.FileVersion {
+		return engine.FileVersion{Exists: v.Exists, Regular: v.Regular, Size: v.Size, Data: v.Data}
+	}
+	return conv(a), conv(b), err
+}
+
 // SetQuota caps what branch's own layer may hold (store.SetQuota).
 func (t *TreeFiles) SetQuota(branch string, bytes int64) error { return t.st.SetQuota(branch, bytes) }
 
@@ -334,3 +343,5 @@ func (t *TreeFiles) Close() error {
 	}
 	return nil
 }
+
+var _ engine.ContentDiffer = (*TreeFiles)(nil)

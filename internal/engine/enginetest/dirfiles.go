@@ -6,6 +6,7 @@ package enginetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -29,6 +30,7 @@ import (
 //	branches/<name>.<gen>/  the branch's files; gen counts commits into it;
 //	                        the highest gen present is current
 //	meta/<name>             "<parent> <parent gen at fork>"
+//	forks/<name>/           a copy of the parent's files at the fork (Diff)
 //	tmp/                    work in progress, emptied at open
 //
 // A branch exists iff its directory exists. Fork writes meta, then copies
@@ -44,6 +46,8 @@ type dirFiles struct {
 	limit    int64 // recorded by SetDiskLimit, not enforced
 }
 
+var _ engine.ContentDiffer = (*dirFiles)(nil)
+
 type dirBranch struct {
 	parent  string
 	forkGen uint64
@@ -58,7 +62,7 @@ func OpenDirFiles(ctx context.Context, dir, base string) (engine.Files, error) {
 		return nil, api.Errorf(api.ErrNotFound, "base %s is not a directory", base)
 	}
 	f := &dirFiles{dir: dir, branches: map[string]*dirBranch{}}
-	for _, d := range []string{"branches", "meta", "tmp"} {
+	for _, d := range []string{"branches", "meta", "forks", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, err
 		}
@@ -114,6 +118,13 @@ func OpenDirFiles(ctx context.Context, dir, base string) (engine.Files, error) {
 			}
 		}
 	}
+	if forks, err := os.ReadDir(filepath.Join(dir, "forks")); err == nil {
+		for _, e := range forks {
+			if f.branches[e.Name()] == nil { // left by a fork or a removal cut short
+				os.RemoveAll(filepath.Join(dir, "forks", e.Name()))
+			}
+		}
+	}
 	if f.branches[engine.MainBranch] == nil {
 		tmp := filepath.Join(dir, "tmp", "main")
 		if err := copyTree(base, tmp); err != nil {
@@ -149,6 +160,10 @@ func (f *dirFiles) Fork(ctx context.Context, parent string, children []string) e
 		}
 		tmp := filepath.Join(f.dir, "tmp", c)
 		if err := copyTree(f.bdir(parent), tmp); err != nil {
+			return err
+		}
+		os.RemoveAll(f.forkDir(c))
+		if err := copyTree(tmp, f.forkDir(c)); err != nil {
 			return err
 		}
 		if err := os.Rename(tmp, filepath.Join(f.dir, "branches", c+".0")); err != nil {
@@ -187,6 +202,7 @@ func (f *dirFiles) Commit(ctx context.Context, child string) ([]string, error) {
 	p.gen++
 	os.RemoveAll(old)
 	os.Remove(filepath.Join(f.dir, "meta", child))
+	os.RemoveAll(f.forkDir(child))
 	var stale []string
 	for name, b := range f.branches {
 		if b.parent == c.parent && b.forkGen == c.forkGen {
@@ -220,9 +236,120 @@ func (f *dirFiles) Abort(ctx context.Context, name string) error {
 		}
 		delete(f.branches, n)
 		os.Remove(filepath.Join(f.dir, "meta", n))
+		os.RemoveAll(f.forkDir(n))
 		return nil
 	}
 	return drop(name)
+}
+
+func (f *dirFiles) forkDir(name string) string { return filepath.Join(f.dir, "forks", name) }
+
+// sides is the directories of a branch's fork point and of its files now.
+func (f *dirFiles) sides(op, name string) (then, now string, err error) {
+	if f.branches[name] == nil {
+		return "", "", api.Errorf(api.ErrNotFound, "%s: branch %q", op, name)
+	}
+	if name == engine.MainBranch {
+		return "", "", api.Errorf(api.ErrBadRequest, "%s: main has no fork point", op)
+	}
+	return f.forkDir(name), f.bdir(name), nil
+}
+
+// Diff lists what the branch changed against the copy made at its fork,
+// the way the store does: a path added, deleted, or modified (its type,
+// content or symlink target), directories only when added or deleted.
+func (f *dirFiles) Diff(name string) ([]api.Change, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	then, now, err := f.sides("diff", name)
+	if err != nil {
+		return nil, err
+	}
+	list := func(root string) (map[string]fs.FileMode, error) {
+		m := map[string]fs.FileMode{}
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if rel, _ := filepath.Rel(root, p); rel != "." {
+				m[filepath.ToSlash(rel)] = d.Type()
+			}
+			return nil
+		})
+		return m, err
+	}
+	a, err := list(then)
+	if err != nil {
+		return nil, err
+	}
+	b, err := list(now)
+	if err != nil {
+		return nil, err
+	}
+	var out []api.Change
+	for p, tb := range b {
+		ta, ok := a[p]
+		switch {
+		case !ok:
+			out = append(out, api.Change{Kind: "added", Path: p})
+		case ta != tb || !ta.IsDir() && !sameFile(filepath.Join(then, p), filepath.Join(now, p), ta):
+			out = append(out, api.Change{Kind: "modified", Path: p})
+		}
+	}
+	for p := range a {
+		if _, ok := b[p]; !ok {
+			out = append(out, api.Change{Kind: "deleted", Path: p})
+		}
+	}
+	slices.SortFunc(out, func(x, y api.Change) int { return strings.Compare(x.Path, y.Path) })
+	return out, nil
+}
+
+// sameFile compares two files of type t: a symlink's target, a regular
+// file's bytes.
+func sameFile(a, b string, t fs.FileMode) bool {
+	read := os.ReadFile
+	if t&fs.ModeSymlink != 0 {
+		read = func(p string) ([]byte, error) { l, err := os.Readlink(p); return []byte(l), err }
+	}
+	x, err1 := read(a)
+	y, err2 := read(b)
+	return err1 == nil && err2 == nil && string(x) == string(y)
+}
+
+// DiffFile gives path at the fork and now, a regular file's data when it
+// is at most max bytes; a symlink is lstatted, never followed.
+func (f *dirFiles) DiffFile(name, path string, max int64) (then, now engine.FileVersion, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a, b, err := f.sides("diff", name)
+	if err != nil {
+		return then, now, err
+	}
+	if !fs.ValidPath(path) || path == "." {
+		return then, now, api.Errorf(api.ErrBadRequest, "diff: path %q", path)
+	}
+	side := func(root string) (engine.FileVersion, error) {
+		p := filepath.Join(root, filepath.FromSlash(path))
+		st, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return engine.FileVersion{}, nil
+		}
+		if err != nil {
+			return engine.FileVersion{}, err
+		}
+		v := engine.FileVersion{Exists: true, Regular: st.Mode().IsRegular(), Size: st.Size()}
+		if v.Regular && v.Size <= max {
+			if v.Data, err = os.ReadFile(p); err != nil {
+				return engine.FileVersion{}, err
+			}
+		}
+		return v, nil
+	}
+	if then, err = side(a); err == nil {
+		now, err = side(b)
+	}
+	return then, now, err
 }
 
 func (f *dirFiles) Path(name string) (string, error) {

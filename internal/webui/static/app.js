@@ -22,6 +22,7 @@ const state = {
   refreshing: false,
   dirty: false,
   pending: null,             // the action awaiting confirmation
+  diff: { key: "", box: null }, // the selected node's changes, as last fetched
 };
 
 // For tests and the benchmarks: when the first tree was drawn, and when
@@ -297,7 +298,7 @@ function rowEl({ n, depth, last }, t) {
   if (n.protected) st.append(el("span", "badge protected", "protected"));
   row.append(name, st, el("span", "", age(t, n.created_at_unix_ns)), el("span", "", age(t, n.last_active_at_unix_ns)),
     el("span", "", n.state === "live" ? bytes(n.ram_bytes) : "–"), el("span", "", bytes(n.disk_bytes)));
-  row.addEventListener("click", () => { state.selected = n.id; drawRows(); drawDetail(); });
+  row.addEventListener("click", () => { state.selected = n.id; state.diff.key = ""; drawRows(); drawDetail(); });
   return row;
 }
 
@@ -384,9 +385,44 @@ function drawDetail() {
   }
   box.replaceChildren(el("h2", "", name(n)), dl, acts,
     el("h3", "", "Changes against the fork point"),
-    el("p", "hint", "This daemon does not serve a node's diff yet (it comes with the backend seam); arbor diff shows a workspace branch's."),
+    diffBox(n),
     el("h3", "", "Recent exec output"),
     el("p", "hint", "Needs a sandbox backend (jail or vm); this tree's nodes are files only."));
+}
+
+// diffBox is the node's changes (GET .../diff), fetched again when it is
+// selected anew or its state or activity changes, else kept as drawn.
+// Text only (textContent): the page's CSP allows no inline markup.
+const KINDS = { added: "A", modified: "M", deleted: "D" };
+
+function diffBox(n) {
+  const key = state.treeID + "/" + n.id + "/" + n.state + "/" + n.last_active_at_unix_ns;
+  if (state.diff.key === key && state.diff.box) return state.diff.box;
+  const box = el("div", "diff");
+  state.diff = { key, box };
+  if (!n.parent) {
+    box.append(el("p", "hint", "The root has no fork point: its changes are the base directory's."));
+    return box;
+  }
+  box.append(el("p", "hint", "Loading…"));
+  const path = "/v1/trees/" + enc(state.treeID) + "/nodes/" + enc(n.id) + "/diff";
+  api("GET", path).then((r) => {
+    const changes = r.changes || [];
+    const parts = [];
+    if (!changes.length) parts.push(el("p", "hint", "No changes."));
+    for (const c of changes) {
+      const p = el("div", "change");
+      p.dataset.path = c.path;
+      p.append(el("code", "", (KINDS[c.kind] || c.kind) + " " + c.path));
+      if (c.note) p.append(el("span", "hint", " (" + c.note + ")"));
+      if (c.diff) p.append(el("pre", "", c.diff));
+      parts.push(p);
+    }
+    box.replaceChildren(...parts);
+  }, (err) => {
+    box.replaceChildren(el("p", "hint error", "diff: " + err.code + ": " + err.message));
+  });
+  return box;
 }
 
 function ask(text, withLabel, run) {
