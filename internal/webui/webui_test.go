@@ -71,6 +71,16 @@ func run(tb testing.TB, ctx context.Context, what string, actions ...chromedp.Ac
 	}
 }
 
+// clickJS clicks what sel finds in one evaluation in the page, polling
+// until it is there: the view redraws its rows on every event, and a row
+// found by one call and clicked by the next can be gone in between.
+func clickJS(sel string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := chromedp.Poll[bool](fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true; })()`, sel))(ctx, t)
+		return chromedp.Void{}, err
+	}
+}
+
 func row(id string) string { return fmt.Sprintf(`#rows [data-node-id=%q]`, id) }
 
 // waitJS polls a JS expression in the page until it is true.
@@ -90,7 +100,7 @@ func login(tb testing.TB, ctx context.Context, d daemontest.Daemon, tree, root s
 		chromedp.Navigate(d.URL+"/ui/#tree="+tree),
 		chromedp.WaitVisible(chromedp.CSS(`#token-input`)),
 		chromedp.SendKeys(chromedp.CSS(`#token-input`), token),
-		chromedp.Click(chromedp.CSS(`#token-save`)),
+		clickJS(`#token-save`),
 		chromedp.WaitVisible(chromedp.CSS(row(root))),
 	)
 }
@@ -151,10 +161,10 @@ func TestLiveView(t *testing.T) {
 	}
 	// Selecting the node shows its diff against the fork point: the path
 	// and the text diff, drawn as text.
-	run(t, ctx, "select "+forks[1].NodeID, chromedp.Click(chromedp.CSS(row(forks[1].NodeID))))
+	run(t, ctx, "select "+forks[1].NodeID, clickJS(row(forks[1].NodeID)))
 	waitJS(t, ctx, "the diff shows fix.txt", `document.querySelector('#detail .change[data-path="fix.txt"] code')?.textContent === "A fix.txt"`)
 	waitJS(t, ctx, "the diff shows the added line", `document.querySelector('#detail .change[data-path="fix.txt"] pre')?.textContent.split("\n").includes("+fixed")`)
-	run(t, ctx, "select the root", chromedp.Click(chromedp.CSS(row(root))))
+	run(t, ctx, "select the root", clickJS(row(root)))
 	waitJS(t, ctx, "the root has no fork point", `document.getElementById("detail").textContent.includes("The root has no fork point")`)
 	if _, err := d.Client.Commit(bg, "t1", forks[1].NodeID); err != nil {
 		t.Fatal(err)
@@ -189,39 +199,39 @@ func TestLiveView(t *testing.T) {
 	// Actions on the page: select a node, click, confirm; the daemon does it.
 	stale := forks[2].NodeID
 	run(t, ctx, "protect the root from the page",
-		chromedp.Click(chromedp.CSS(row(root))),
-		chromedp.Click(chromedp.CSS(`#detail [data-action="protect"]`)),
+		clickJS(row(root)),
+		clickJS(`#detail [data-action="protect"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
-		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		clickJS(`#confirm-ok`),
 	)
 	waitJS(t, ctx, "the root shows protected", fmt.Sprintf(`document.querySelector(%q)?.dataset.protected === "true"`, row(root)))
 	if !nodeStates(t, d, "t1")[root].Protected {
 		t.Error("the page's protect did not protect the root")
 	}
 	run(t, ctx, "cancel a prune",
-		chromedp.Click(chromedp.CSS(row(stale))),
-		chromedp.Click(chromedp.CSS(`#detail [data-action="prune"]`)),
+		clickJS(row(stale)),
+		clickJS(`#detail [data-action="prune"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-cancel`)),
-		chromedp.Click(chromedp.CSS(`#confirm-cancel`)),
+		clickJS(`#confirm-cancel`),
 	)
 	if _, ok := nodeStates(t, d, "t1")[stale]; !ok {
 		t.Fatal("a cancelled prune pruned")
 	}
 	run(t, ctx, "prune from the page",
-		chromedp.Click(chromedp.CSS(`#detail [data-action="prune"]`)),
+		clickJS(`#detail [data-action="prune"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
-		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		clickJS(`#confirm-ok`),
 	)
 	waitJS(t, ctx, "the pruned row goes", fmt.Sprintf(`!document.querySelector(%q)`, row(stale)))
 	if _, ok := nodeStates(t, d, "t1")[stale]; ok {
 		t.Error("the page's prune did not prune")
 	}
 	run(t, ctx, "fork from the page with a label",
-		chromedp.Click(chromedp.CSS(row(root))),
-		chromedp.Click(chromedp.CSS(`#detail [data-action="fork"]`)),
+		clickJS(row(root)),
+		clickJS(`#detail [data-action="fork"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-label`)),
 		chromedp.SendKeys(chromedp.CSS(`#confirm-label`), "from-page"),
-		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		clickJS(`#confirm-ok`),
 	)
 	waitJS(t, ctx, "the page says it forked", `document.getElementById("status").textContent.startsWith("forked n")`)
 	all := mapValues(nodeStates(t, d, "t1"))
@@ -238,10 +248,10 @@ func TestLiveView(t *testing.T) {
 	}
 	waitJS(t, ctx, "the fork shows protected", fmt.Sprintf(`document.querySelector(%q)?.dataset.protected === "true"`, row(made)))
 	run(t, ctx, "prune a protected node from the page",
-		chromedp.Click(chromedp.CSS(row(made))),
-		chromedp.Click(chromedp.CSS(`#detail [data-action="prune"]`)),
+		clickJS(row(made)),
+		clickJS(`#detail [data-action="prune"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
-		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		clickJS(`#confirm-ok`),
 	)
 	waitJS(t, ctx, "the refusal and its code", `document.getElementById("status").textContent.includes(": protected: ") && document.getElementById("status").classList.contains("error")`)
 	if _, ok := nodeStates(t, d, "t1")[made]; !ok {
@@ -254,10 +264,10 @@ func TestLiveView(t *testing.T) {
 		{"resume", `dataset.state === "live"`},
 	} {
 		run(t, ctx, step.action+" from the page",
-			chromedp.Click(chromedp.CSS(row(made))),
-			chromedp.Click(chromedp.CSS(`#detail [data-action="`+step.action+`"]`)),
+			clickJS(row(made)),
+			clickJS(`#detail [data-action="`+step.action+`"]`),
 			chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
-			chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+			clickJS(`#confirm-ok`),
 		)
 		waitJS(t, ctx, step.action+" drawn", fmt.Sprintf(`document.querySelector(%q)?.%s`, row(made), step.js))
 	}
@@ -268,10 +278,10 @@ func TestLiveView(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, ctx, "commit from the page",
-		chromedp.Click(chromedp.CSS(row(made))),
-		chromedp.Click(chromedp.CSS(`#detail [data-action="commit"]`)),
+		clickJS(row(made)),
+		clickJS(`#detail [data-action="commit"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
-		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		clickJS(`#confirm-ok`),
 	)
 	waitJS(t, ctx, "the committed node goes", fmt.Sprintf(`!window.__arbor.states[%q]`, made))
 	if b, err := os.ReadFile(filepath.Join(d.Base, "page.txt")); err != nil || string(b) != "from the page\n" {
@@ -279,10 +289,10 @@ func TestLiveView(t *testing.T) {
 	}
 	waitJS(t, ctx, "scroll to the top", fmt.Sprintf(`(() => { const v = document.getElementById("viewport"); v.scrollTop = 0; v.dispatchEvent(new Event("scroll")); return !!document.querySelector(%q); })()`, row(batch[0].NodeID)))
 	run(t, ctx, "abort from the page",
-		chromedp.Click(chromedp.CSS(row(batch[0].NodeID))),
-		chromedp.Click(chromedp.CSS(`#detail [data-action="abort"]`)),
+		clickJS(row(batch[0].NodeID)),
+		clickJS(`#detail [data-action="abort"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-ok`)),
-		chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		clickJS(`#confirm-ok`),
 	)
 	waitJS(t, ctx, "the aborted node goes", fmt.Sprintf(`!window.__arbor.states[%q]`, batch[0].NodeID))
 	if _, ok := nodeStates(t, d, "t1")[batch[0].NodeID]; ok {

@@ -23,6 +23,7 @@ const state = {
   dirty: false,
   pending: null,             // the action awaiting confirmation
   diff: { key: "", box: null }, // the selected node's changes, as last fetched
+  detailKey: "", detailActs: null, // the detail's action buttons, kept while they apply (drawDetail)
 };
 
 // For tests and the benchmarks: when the first tree was drawn, and when
@@ -375,13 +376,25 @@ function drawDetail() {
   add("RAM", bytes(n.ram_bytes));
   add("disk", bytes(n.disk_bytes));
   if (n.path) add("path", n.path);
-  const acts = el("div", "actions");
-  for (const [label, when, method, suffix, question] of ACTIONS) {
-    if (!when(n)) continue;
-    const b = el("button", "", label);
-    b.dataset.action = label;
-    b.addEventListener("click", () => ask(question(n), label === "fork", (lbl) => act(n, label, method, suffix, lbl)));
-    acts.append(b);
+  // The action buttons are kept while the node and the actions that apply
+  // stay the same: a refresh (any event of the tree) must not replace a
+  // button under the pointer. A click acts on the node as it is then.
+  const actKey = state.treeID + "/" + n.id + "/" + ACTIONS.filter(([, when]) => when(n)).map(([label]) => label).join(",");
+  let acts = state.detailActs;
+  if (state.detailKey !== actKey || !acts) {
+    acts = el("div", "actions");
+    for (const [label, when, method, suffix, question] of ACTIONS) {
+      if (!when(n)) continue;
+      const b = el("button", "", label);
+      b.dataset.action = label;
+      b.addEventListener("click", () => {
+        const cur = state.nodes.get(n.id) || n;
+        ask(question(cur), label === "fork", (lbl) => act(cur, label, method, suffix, lbl));
+      });
+      acts.append(b);
+    }
+    state.detailKey = actKey;
+    state.detailActs = acts;
   }
   box.replaceChildren(el("h2", "", name(n)), dl, acts,
     el("h3", "", "Changes against the fork point"),
