@@ -330,6 +330,9 @@ func (m *Manager) fork(cmd *exec.Cmd) error {
 	return <-done
 }
 
+// prepareTimeout bounds the wait for a new init's first answer.
+const prepareTimeout = 30 * time.Second
+
 // initCloneFlags are the namespaces every sandbox gets.
 const initCloneFlags = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET
 
@@ -395,6 +398,9 @@ func (m *Manager) spawn(rel string) (_ *spare, err error) {
 	if err := m.fork(cmd); err != nil {
 		return nil, fmt.Errorf("start init: %w", err)
 	}
+	// The init has its own copy of its end: ours goes now, so that an
+	// init that dies while it prepares ends the wait below with EOF.
+	child.Close()
 	sp := &spare{g: g, cmd: cmd, sock: pair[0], initDone: make(chan struct{})}
 	go func() { cmd.Wait(); close(sp.initDone) }()
 	undo = append(undo, func() { cmd.Process.Kill(); <-sp.initDone })
@@ -406,8 +412,13 @@ func (m *Manager) spawn(rel string) (_ *spare, err error) {
 	}
 	// A spare is ready when its runtime has started and its skeleton is
 	// built: most of an init's start.
+	// Bounded: an init that neither answers nor dies (stuck in the kernel)
+	// must not hold up a Manager's Close, which waits for this fill.
+	tv := unix.NsecToTimeval(prepareTimeout.Nanoseconds())
+	unix.SetsockoptTimeval(sp.sock, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	reply, fds, err := recv(sp.sock, make([]byte, 64<<10), make([]byte, 256))
 	closeAll(fds)
+	unix.SetsockoptTimeval(sp.sock, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{})
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("init: %w", err)
