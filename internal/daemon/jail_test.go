@@ -102,6 +102,19 @@ func TestJailTreeOverSocket(t *testing.T) {
 	if out, x, err := run(tr.Root, "cat /workspace/g"); err != nil || x.ExitCode != 0 || out != "mine\n" {
 		t.Fatalf("the parent after the commit reads %q (%+v %v)", out, x, err)
 	}
+
+	// One fork_batch of the live root: three children, each live in a
+	// sandbox of its own (its hostname is its node id) over the files.
+	fb := must(api.Request{Op: api.OpTreeForkBatch, TreeID: "jt", SourceID: tr.Root, Labels: []string{"a", "b", "c"}})
+	if len(fb.Forks) != 3 {
+		t.Fatalf("fork_batch: %+v", fb)
+	}
+	for _, f := range fb.Forks {
+		t.Logf("fork_batch child %s: latency_ns %d", f.NodeID, f.LatencyNS)
+		if out, x, err := run(f.NodeID, "hostname; cat /workspace/g"); err != nil || x.ExitCode != 0 || out != f.NodeID+"\nmine\n" {
+			t.Fatalf("exec in batch child %s: %q %+v %v", f.NodeID, out, x, err)
+		}
+	}
 }
 
 // waitProcs waits until a host process "sleep ARG" exists (want) or none

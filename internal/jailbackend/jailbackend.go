@@ -39,7 +39,7 @@
 // nothing of the source's state as of the pause besides the files already
 // forked (and, later, the /tmp layer forked inside the same pause), so it
 // happens after the thaw: the source is paused for the files' fork only,
-// not for the children's sandbox starts (about 6 ms each).
+// not for the children's sandbox starts (6 to 15 ms each).
 package jailbackend
 
 import (
@@ -68,10 +68,12 @@ const Name = "jail"
 
 // StartRAM is what a freshly started sandbox is expected to hold until
 // measured, as RAM measures it: its cgroup's charge, which counts what
-// init allocates once in its cgroup (0.25 MiB measured for an idle one on
-// the development host, TestStartRAM) and not the Go runtime's start
-// before it (init's PSS is about 2.8 MiB: internal/jail's benchmarks).
-const StartRAM = 1 << 20
+// init and its processes allocate once in the sandbox's cgroup (0 to 0.25
+// MiB for an idle one on the development host, TestStartRAM), not the
+// pages init's Go runtime touched before (a spare's, in a placeholder
+// cgroup; on a v1 memory controller, in the daemon's): init's own PSS,
+// about 2.8 MiB (internal/jail's benchmarks), is not counted.
+const StartRAM = 256 << 10
 
 // defaultEnv is the environment every command gets before its own
 // (Command.Env entries of the same key replace these).
@@ -289,6 +291,8 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 	if len(paths) != len(children) {
 		return api.Errorf(api.ErrInternal, "jail backend: fork %s: the files' fork gave %d paths for %d children", source, len(paths), len(children))
 	}
+	// One after another: started side by side they took as long on this
+	// 2-core host (BenchmarkFork/children=3), cold starts being CPU-bound.
 	for i, c := range children {
 		if err := b.run(ctx, c, paths[i]); err != nil {
 			for _, done := range children[:i+1] { // the one that failed too: its /tmp
