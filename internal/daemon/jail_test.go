@@ -12,6 +12,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/jailbackend"
 	"github.com/arbor-dev/arbor/internal/testenv"
 )
@@ -138,4 +139,97 @@ func waitProcs(t *testing.T, arg string, want bool) {
 			t.Fatalf("process sleep %s: present %v after 10 s, want %v", arg, found, want)
 		}
 	}
+}
+
+// TestJailDaemonKilled: a SIGKILLed daemon's sandboxes die with it (a
+// setsid process too), and the next daemon on the home reaps what they
+// left and runs the live node again over its files, with its /tmp kept.
+func TestJailDaemonKilled(t *testing.T) {
+	testenv.NeedFUSE(t)
+	if err := jailbackend.Available(); err != nil {
+		testenv.Missing(t, testenv.Cgroup, "no sandboxes here: "+err.Error())
+	}
+	dir := tempDir(t)
+	home, base := filepath.Join(dir, "home"), filepath.Join(dir, "base")
+	for _, d := range []string{home, base} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(base, "f"), "from the base\n")
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	p := spawn(t, home, dir)
+	cl := client.New(filepath.Join(home, "arbord.sock"))
+	defer cl.Close()
+	tr := mustDo(t, ctx, cl)(api.Request{Op: api.OpTreeCreate, TreeID: "jk", Base: base, Backend: "jail"})
+	run := func(script string) string {
+		t.Helper()
+		var out bytes.Buffer
+		x, err := cl.Exec(ctx, api.Request{TreeID: "jk", NodeID: tr.Root, Argv: []string{"sh", "-c", script}}, func(o api.ExecOutput) error {
+			out.Write(o.Data)
+			return nil
+		})
+		if err != nil || x.ExitCode != 0 {
+			t.Fatalf("exec %q: %+v %v (output %q)", script, x, err, out.String())
+		}
+		return out.String()
+	}
+	run("echo kept > /tmp/t; setsid sleep 987656 </dev/null >/dev/null 2>&1 &")
+	waitProcs(t, "987656", true)
+	p.kill(t)
+	waitProcs(t, "987656", false)
+
+	p = spawn(t, home, dir)
+	cl2 := client.New(filepath.Join(home, "arbord.sock"))
+	defer cl2.Close()
+	cl = cl2
+	if got := run("cat /tmp/t /workspace/f"); got != "kept\nfrom the base\n" {
+		t.Fatalf("the live node after a restart reads %q", got)
+	}
+	// A graceful stop closes the tree's sandboxes and their cgroups,
+	// those the killed daemon left included (reaped at the restart).
+	label := jailbackend.Label(engine.BackendConfig{Tree: "jk", Dir: filepath.Join(home, "trees", "jk", "backend")})
+	if len(jailCgroups(t, label)) == 0 {
+		t.Fatalf("no cgroup of label %s found while its sandbox runs", label)
+	}
+	if _, err := cl.Do(ctx, api.Request{Op: api.OpShutdown}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the daemon did not exit after shutdown")
+	}
+	if left := jailCgroups(t, label); len(left) > 0 {
+		t.Fatalf("cgroups left after the daemon stopped: %v", left)
+	}
+}
+
+// jailCgroups are the cgroup directories of a jail label below this
+// process's cgroups (cgroup2, a hybrid host's unified tree, v1 controllers).
+func jailCgroups(t *testing.T, label string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		roots := []string{filepath.Join("/sys/fs/cgroup", f[1])}
+		if f[1] == "" {
+			roots = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
+		}
+		for _, r := range roots {
+			d := filepath.Join(r, f[2], "arbor-jail", label)
+			if _, err := os.Stat(d); err == nil {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
 }

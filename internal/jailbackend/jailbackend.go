@@ -139,7 +139,7 @@ func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Ba
 	if err := os.MkdirAll(b.tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("jail backend: %w: %w", api.ErrInternal, err)
 	}
-	b.m, err = jail.New(jail.Config{StateDir: filepath.Join(bc.Dir, "jail"), Label: label(bc), Spares: cfg.Spares, Binary: cfg.Binary})
+	b.m, err = jail.New(jail.Config{StateDir: filepath.Join(bc.Dir, "jail"), Label: Label(bc), Spares: cfg.Spares, Binary: cfg.Binary})
 	if err != nil {
 		return nil, fmt.Errorf("jail backend: %w", err)
 	}
@@ -170,9 +170,10 @@ func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Ba
 
 var nonLabel = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 
-// label names a tree's sandboxes in the cgroup tree: its id, and a hash of
-// its backend directory, which is one per tree and per daemon home.
-func label(bc engine.BackendConfig) string {
+// Label names a tree's sandboxes in the cgroup tree (jail.Config.Label):
+// its id, and a hash of its backend directory, which is one per tree and
+// per daemon home.
+func Label(bc engine.BackendConfig) string {
 	sum := sha256.Sum256([]byte(filepath.Clean(bc.Dir)))
 	id := nonLabel.ReplaceAllString(bc.Tree, "_")
 	if len(id) > 40 {

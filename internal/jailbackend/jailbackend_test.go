@@ -166,7 +166,7 @@ func TestWorkspaceAndTmp(t *testing.T) {
 func TestReapAtOpen(t *testing.T) {
 	need(t)
 	cfg := engine.BackendConfig{Tree: "t1", Dir: t.TempDir(), Base: t.TempDir()}
-	old, err := jail.New(jail.Config{StateDir: filepath.Join(cfg.Dir, "jail"), Label: label(cfg), Spares: -1})
+	old, err := jail.New(jail.Config{StateDir: filepath.Join(cfg.Dir, "jail"), Label: Label(cfg), Spares: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
