@@ -22,24 +22,14 @@ import (
 // its files, and a commit of the child ends every process it ran (a setsid
 // one too), and carries its files into the parent.
 func TestJailTreeOverSocket(t *testing.T) {
-	testenv.NeedFUSE(t)
-	if err := jailbackend.Available(); err != nil {
-		testenv.Missing(t, testenv.Cgroup, "no sandboxes here: "+err.Error())
-	}
+	needJail(t)
 	tg := realTarget(t)
 	writeFile(t, filepath.Join(tg.Base, "f"), "from the base\n")
 	c := client.New(serveLine(t, tg.Handler))
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	must := func(req api.Request) api.Response {
-		t.Helper()
-		r, err := c.Do(ctx, req)
-		if err != nil {
-			t.Fatalf("%s: %v", req.Op, err)
-		}
-		return r
-	}
+	must := mustDo(t, ctx, c)
 	tr := must(api.Request{Op: api.OpTreeCreate, TreeID: "jt", Base: tg.Base, Backend: "jail"})
 	if l := must(api.Request{Op: api.OpTreeList}); len(l.Trees) != 1 || l.Trees[0].Backend != "jail" {
 		t.Fatalf("tree_list: %+v", l.Trees)
@@ -47,14 +37,7 @@ func TestJailTreeOverSocket(t *testing.T) {
 	child := must(api.Request{Op: api.OpTreeFork, TreeID: "jt", SourceID: tr.Root, Label: "child"})
 	t.Logf("fork of a live jail node: latency_ns %d", child.LatencyNS)
 
-	run := func(node, script string) (string, api.ExecExit, error) {
-		var out bytes.Buffer
-		x, err := c.Exec(ctx, api.Request{TreeID: "jt", NodeID: node, Argv: []string{"sh", "-c", script}}, func(o api.ExecOutput) error {
-			out.Write(o.Data)
-			return nil
-		})
-		return out.String(), x, err
-	}
+	run := func(node, script string) (string, api.ExecExit, error) { return shIn(ctx, c, "jt", node, script) }
 	out, x, err := run(child.NodeID, "echo hi; cat /workspace/f; echo mine > /workspace/g")
 	if err != nil || x.ExitCode != 0 || out != "hi\nfrom the base\n" {
 		t.Fatalf("exec in the child: %q %+v %v", out, x, err)
@@ -118,6 +101,27 @@ func TestJailTreeOverSocket(t *testing.T) {
 	}
 }
 
+// needJail skips (or fails, under ARBOR_TEST_REQUIRE) where the daemon
+// cannot serve jail trees.
+func needJail(t *testing.T) {
+	t.Helper()
+	testenv.NeedFUSE(t)
+	if err := jailbackend.Available(); err != nil {
+		testenv.Missing(t, testenv.Cgroup, "no sandboxes here: "+err.Error())
+	}
+}
+
+// shIn runs sh -c script in a node through cl and returns its output (both
+// streams).
+func shIn(ctx context.Context, cl *client.Client, tree, node, script string) (string, api.ExecExit, error) {
+	var out bytes.Buffer
+	x, err := cl.Exec(ctx, api.Request{TreeID: tree, NodeID: node, Argv: []string{"sh", "-c", script}}, func(o api.ExecOutput) error {
+		out.Write(o.Data)
+		return nil
+	})
+	return out.String(), x, err
+}
+
 // waitProcs waits until a host process "sleep ARG" exists (want) or none
 // does, failing after 10 s.
 func waitProcs(t *testing.T, arg string, want bool) {
@@ -145,10 +149,7 @@ func waitProcs(t *testing.T, arg string, want bool) {
 // setsid process too), and the next daemon on the home reaps what they
 // left and runs the live node again over its files, with its /tmp kept.
 func TestJailDaemonKilled(t *testing.T) {
-	testenv.NeedFUSE(t)
-	if err := jailbackend.Available(); err != nil {
-		testenv.Missing(t, testenv.Cgroup, "no sandboxes here: "+err.Error())
-	}
+	needJail(t)
 	dir := tempDir(t)
 	home, base := filepath.Join(dir, "home"), filepath.Join(dir, "base")
 	for _, d := range []string{home, base} {
@@ -165,15 +166,11 @@ func TestJailDaemonKilled(t *testing.T) {
 	tr := mustDo(t, ctx, cl)(api.Request{Op: api.OpTreeCreate, TreeID: "jk", Base: base, Backend: "jail"})
 	run := func(script string) string {
 		t.Helper()
-		var out bytes.Buffer
-		x, err := cl.Exec(ctx, api.Request{TreeID: "jk", NodeID: tr.Root, Argv: []string{"sh", "-c", script}}, func(o api.ExecOutput) error {
-			out.Write(o.Data)
-			return nil
-		})
+		out, x, err := shIn(ctx, cl, "jk", tr.Root, script)
 		if err != nil || x.ExitCode != 0 {
-			t.Fatalf("exec %q: %+v %v (output %q)", script, x, err, out.String())
+			t.Fatalf("exec %q: %+v %v (output %q)", script, x, err, out)
 		}
-		return out.String()
+		return out
 	}
 	run("echo kept > /tmp/t; setsid sleep 987656 </dev/null >/dev/null 2>&1 &")
 	waitProcs(t, "987656", true)
