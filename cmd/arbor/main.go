@@ -9,9 +9,11 @@ import (
 
 	"github.com/arbor-dev/arbor/internal/cli"
 	"github.com/arbor-dev/arbor/internal/fsbench"
+	"github.com/arbor-dev/arbor/internal/jail"
 )
 
 func main() {
+	jail.Main() // first: a sandbox's init is a re-exec of this binary
 	if os.Getenv(fsbench.ServeEnv) != "" {
 		// `arbor bench fs` re-executes itself to serve each Arbor mount it
 		// measures from a process of its own.

@@ -21,6 +21,7 @@ import (
 	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
+	"github.com/arbor-dev/arbor/internal/jailbackend"
 	"github.com/arbor-dev/arbor/internal/lineapi"
 	"github.com/arbor-dev/arbor/internal/mcpserver"
 	"github.com/arbor-dev/arbor/internal/metrics"
@@ -227,7 +228,8 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 	}
 	r = &router{}
 	eng, err := engine.New(engine.Config{
-		Home: home, // trees.db and trees/<id>/
+		Home:     home, // trees.db and trees/<id>/
+		Backends: backends(log),
 		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
 			return ws.OpenTreeFiles(ctx, dir, base)
 		},
@@ -263,6 +265,22 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 		}
 	}
 	return r, closeAll, nil
+}
+
+// backends are the sandbox backends this daemon serves: dir always, jail
+// when this process can run sandboxes (root, cgroups, and a binary that
+// calls jail.Main first); otherwise tree_create --backend jail gets the
+// engine's "unknown; this daemon serves dir".
+func backends(log *slog.Logger) map[string]engine.OpenBackend {
+	out := map[string]engine.OpenBackend{engine.BackendDir: engine.OpenDirBackend}
+	if err := jailbackend.Available(); err != nil {
+		if log != nil {
+			log.Info("backend jail not served", "why", err)
+		}
+		return out
+	}
+	out[jailbackend.Name] = jailbackend.Open(jailbackend.Config{})
+	return out
 }
 
 // router sends the verbs to the engine; it serves ping and shutdown itself.

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/arbor-dev/arbor/internal/jail"
 )
 
 // daemonHomeEnv makes the test binary run as arbord on that home (the crash
@@ -26,6 +28,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	jail.Main() // first: a jail sandbox's init is a re-exec of this binary
 	if mode := os.Getenv(fusectlEnv); mode != "" {
 		if err := prepareFuseCtl(mode); err != nil {
 			fmt.Fprintln(os.Stderr, "prepare the mount namespace:", err)

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -30,10 +31,20 @@ const initFD = 3
 // is a re-exec of the binary that started it.
 func Main() {
 	if len(os.Args) == 0 || os.Args[0] != initArg0 {
+		mainRan.Store(true)
 		return
 	}
 	os.Exit(runInit())
 }
+
+// mainRan is set once Main has returned in this process.
+var mainRan atomic.Bool
+
+// MainRan reports whether Main has run (and returned) in this process: a
+// caller that starts sandboxes only when the binary can serve as their
+// init checks it, since a re-exec of a binary that never calls Main would
+// run that binary again instead of an init.
+func MainRan() bool { return mainRan.Load() }
 
 // Inside the sandbox, init's root is a tmpfs holding the user's root at
 // /r; the user's processes are chrooted there. Their root is then not

@@ -202,9 +202,18 @@ func (m *Manager) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) 
 	return s, nil
 }
 
+// CheckName says whether name may name a sandbox (it is a cgroup
+// directory name): nil, or an error wrapping api.ErrBadRequest.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("jail: %w: sandbox name %q", api.ErrBadRequest, name)
+	}
+	return nil
+}
+
 func (m *Manager) check(spec Spec) error {
-	if !nameRE.MatchString(spec.Name) {
-		return fmt.Errorf("jail: %w: sandbox name %q", api.ErrBadRequest, spec.Name)
+	if err := CheckName(spec.Name); err != nil {
+		return err
 	}
 	for _, d := range []struct{ what, path string }{{"workspace", spec.Workspace}, {"tmp", spec.Tmp}} {
 		if !filepath.IsAbs(d.path) {

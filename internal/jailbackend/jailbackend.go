@@ -1,0 +1,535 @@
+// Package jailbackend is the engine's jail backend: every live node of a
+// jail tree is a process sandbox (internal/jail) over the node's files.
+// It joins the two without either importing the other: engine defines the
+// Backend seam, jail the sandbox, and this adapter implements the one with
+// the other.
+//
+// # What a node is here
+//
+// A live node is a jail.Sandbox named by the node's id, with the node's
+// files path at /workspace and a per-node directory at /tmp. A suspended
+// node is its /tmp directory alone (its sandbox stopped: its processes
+// ended, its files and /tmp kept). A stopped node is nothing: its sandbox
+// is stopped and its /tmp removed.
+//
+// Each tree has a jail.Manager of its own, labelled by the tree's id and a
+// hash of the backend's directory (so that two daemons on one host, with
+// trees of the same id, never share or reap each other's cgroups). At open
+// the manager reaps what a killed daemon left under the label; every /tmp
+// directory found then is a node held suspended, which reconcile resumes
+// (a live node, LostRestart) or stops (a node the tree no longer has).
+//
+// # Not yet (issue 11)
+//
+//   - /tmp is a plain directory under the backend's directory, not a
+//     copy-on-write layer: a fork's children start with an empty /tmp, not
+//     the source's as of the fork, and Commit carries nothing into the
+//     parent (it succeeds and is idempotent). The O(1) /tmp layer is later
+//     work.
+//   - A fork carries no processes: children start with nothing running
+//     (processes: not carried; that is the vm backend's job). The fork
+//     reply does not say so on the wire yet.
+//   - One spare init per tree (jail.Config.Spares) is kept started ahead
+//     of need, so a tree's first start skips the init's cold start.
+//
+// # Fork
+//
+// Fork freezes the source (its cgroup's freezer), runs the files' fork and
+// thaws the source, then starts the children. The children's start needs
+// nothing of the source's state as of the pause besides the files already
+// forked (and, later, the /tmp layer forked inside the same pause), so it
+// happens after the thaw: the source is paused for the files' fork only,
+// not for the children's sandbox starts (6 to 15 ms each).
+package jailbackend
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/engine"
+	"github.com/arbor-dev/arbor/internal/jail"
+	"golang.org/x/sys/unix"
+)
+
+// Name is the backend's name at tree_create.
+const Name = "jail"
+
+// StartRAM is what a freshly started sandbox is expected to hold until
+// measured, as RAM measures it: its cgroup's charge, which counts what
+// init and its processes allocate once in the sandbox's cgroup (0 to 0.25
+// MiB for an idle one on the development host, TestStartRAM), not the
+// pages init's Go runtime touched before (a spare's, in a placeholder
+// cgroup; on a v1 memory controller, in the daemon's): init's own PSS,
+// about 2.8 MiB (internal/jail's benchmarks), is not counted.
+const StartRAM = 256 << 10
+
+// defaultEnv is the environment every command gets before its own
+// (Command.Env entries of the same key replace these).
+var defaultEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp"}
+
+// Config configures the backend of every tree it opens.
+type Config struct {
+	// Spares is jail.Config.Spares for each tree's manager: inits kept
+	// started ahead of need. 0 means 1; negative means none.
+	Spares int
+	// Binary is jail.Config.Binary (default /proc/self/exe, which must
+	// call jail.Main first).
+	Binary string
+}
+
+// Available says whether this process can run sandboxes: nil, or why not
+// (the binary does not call jail.Main first, not root, no usable cgroup
+// hierarchy). It starts no sandbox.
+func Available() error {
+	if !jail.MainRan() {
+		return errors.New("this binary does not call jail.Main first (a sandbox's init is a re-exec of it)")
+	}
+	dir, err := os.MkdirTemp("", "arbor-jail-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	m, err := jail.New(jail.Config{StateDir: dir, Label: fmt.Sprintf("probe-%d", os.Getpid()), Spares: -1})
+	if err != nil {
+		return err
+	}
+	return m.Close()
+}
+
+// Open returns the engine.OpenBackend of the jail backend.
+func Open(cfg Config) engine.OpenBackend {
+	return func(ctx context.Context, bc engine.BackendConfig) (engine.Backend, error) {
+		return open(ctx, cfg, bc)
+	}
+}
+
+type backend struct {
+	m   *jail.Manager
+	tmp string // <Dir>/tmp: one directory per node held
+
+	// op orders the verbs that change what is held (the engine calls them
+	// under the tree's mutex already; this keeps the backend safe for
+	// concurrent use without holding mu across a sandbox's start or stop).
+	op sync.Mutex
+
+	mu sync.Mutex // guards nodes and closed; held only briefly
+	// nodes are the held nodes by id: a live one's sandbox, or nil for a
+	// suspended one.
+	nodes  map[string]*jail.Sandbox
+	closed bool
+}
+
+func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Backend, err error) {
+	if bc.Dir == "" || !filepath.IsAbs(bc.Dir) {
+		return nil, api.Errorf(api.ErrInternal, "jail backend: directory %q must be an absolute path", bc.Dir)
+	}
+	b := &backend{tmp: filepath.Join(bc.Dir, "tmp"), nodes: map[string]*jail.Sandbox{}}
+	if err := os.MkdirAll(b.tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("jail backend: %w: %w", api.ErrInternal, err)
+	}
+	b.m, err = jail.New(jail.Config{StateDir: filepath.Join(bc.Dir, "jail"), Label: Label(bc), Spares: cfg.Spares, Binary: cfg.Binary})
+	if err != nil {
+		return nil, fmt.Errorf("jail backend: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			b.m.Close()
+		}
+	}()
+	// The spare first: Reap kills every cgroup under the label that the
+	// manager does not hold, and a spare being spawned is not held yet.
+	// A spare that cannot be made is not fatal here (Start spawns cold
+	// and reports its own error).
+	_ = b.m.Warm(ctx)
+	if _, err := b.m.Reap(ctx); err != nil {
+		return nil, fmt.Errorf("jail backend: reap what an earlier daemon left: %w", err)
+	}
+	ents, err := os.ReadDir(b.tmp)
+	if err != nil {
+		return nil, fmt.Errorf("jail backend: %w: %w", api.ErrInternal, err)
+	}
+	for _, e := range ents {
+		if e.IsDir() && jail.CheckName(e.Name()) == nil {
+			b.nodes[e.Name()] = nil // kept by an earlier open: suspended
+		}
+	}
+	return b, nil
+}
+
+var nonLabel = regexp.MustCompile(`[^A-Za-z0-9._-]`)
+
+// Label names a tree's sandboxes in the cgroup tree (jail.Config.Label):
+// its id, and a hash of its backend directory, which is one per tree and
+// per daemon home.
+func Label(bc engine.BackendConfig) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(bc.Dir)))
+	id := nonLabel.ReplaceAllString(bc.Tree, "_")
+	if len(id) > 40 {
+		id = id[:40]
+	}
+	return "t" + id + "-" + hex.EncodeToString(sum[:8])
+}
+
+func (b *backend) Caps() engine.Caps {
+	return engine.Caps{Exec: true, StartRAM: StartRAM, Lost: engine.LostRestart}
+}
+
+// get returns node id's sandbox (nil: suspended), and whether it is held.
+func (b *backend) get(id string) (*jail.Sandbox, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, ok := b.nodes[id]
+	return n, ok
+}
+
+// hold records node id as held, live with sb or suspended (sb nil).
+func (b *backend) hold(id string, sb *jail.Sandbox) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.nodes[id] = sb
+}
+
+func (b *backend) drop(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.nodes, id)
+}
+
+func (b *backend) checkOpen(verb string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return api.Errorf(api.ErrState, "jail backend: %s: closed", verb)
+	}
+	return nil
+}
+
+// tmpDir makes (if need be) node id's /tmp directory and returns it.
+func (b *backend) tmpDir(id string) (string, error) {
+	if err := jail.CheckName(id); err != nil {
+		return "", err
+	}
+	p := filepath.Join(b.tmp, id)
+	if err := os.Mkdir(p, 0o1777); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("%w: node %s's /tmp: %w", api.ErrInternal, id, err)
+	}
+	// Mkdir's mode is cut by the umask; a /tmp is world-writable and sticky.
+	if err := os.Chmod(p, 0o777|os.ModeSticky); err != nil {
+		return "", fmt.Errorf("%w: node %s's /tmp: %w", api.ErrInternal, id, err)
+	}
+	return p, nil
+}
+
+// run starts node id's sandbox over path (its /tmp made if need be); b.op
+// is held.
+func (b *backend) run(ctx context.Context, id, path string) error {
+	tmp, err := b.tmpDir(id)
+	if err != nil {
+		return err
+	}
+	// The sandbox outlives the call: ctx bounds its start only.
+	sb, err := b.m.Start(ctx, jail.Spec{Name: id, Workspace: path, Tmp: tmp})
+	if err != nil {
+		return err
+	}
+	b.hold(id, sb)
+	return nil
+}
+
+func (b *backend) Start(ctx context.Context, id, path string) error {
+	b.op.Lock()
+	defer b.op.Unlock()
+	if err := b.checkOpen("start " + id); err != nil {
+		return err
+	}
+	if err := jail.CheckName(id); err != nil {
+		return fmt.Errorf("jail backend: start: %w", err)
+	}
+	if _, ok := b.get(id); ok {
+		return api.Errorf(api.ErrExists, "jail backend: start %s: already held", id)
+	}
+	if err := b.run(ctx, id, path); err != nil {
+		os.Remove(filepath.Join(b.tmp, id)) // the /tmp just made, if empty
+		return fmt.Errorf("jail backend: start %s: %w", id, err)
+	}
+	return nil
+}
+
+func (b *backend) Fork(ctx context.Context, source string, children []string, files func(context.Context) ([]string, error)) error {
+	b.op.Lock()
+	defer b.op.Unlock()
+	if err := b.checkOpen("fork " + source); err != nil {
+		return err
+	}
+	src, ok := b.get(source)
+	if !ok {
+		return api.Errorf(api.ErrNotFound, "jail backend: fork %s: not held", source)
+	}
+	for _, c := range children {
+		if _, dup := b.get(c); dup {
+			return api.Errorf(api.ErrExists, "jail backend: fork %s: child %s already held", source, c)
+		}
+		if err := jail.CheckName(c); err != nil {
+			return fmt.Errorf("jail backend: fork %s: %w", source, err)
+		}
+	}
+	paths, err := b.pausedFiles(ctx, source, src, files)
+	if err != nil {
+		return err
+	}
+	if len(paths) != len(children) {
+		return api.Errorf(api.ErrInternal, "jail backend: fork %s: the files' fork gave %d paths for %d children", source, len(paths), len(children))
+	}
+	// One after another: started side by side they took as long on this
+	// 2-core host (BenchmarkFork/children=3), cold starts being CPU-bound.
+	for i, c := range children {
+		if err := b.run(ctx, c, paths[i]); err != nil {
+			for _, done := range children[:i+1] { // the one that failed too: its /tmp
+				b.stop(context.WithoutCancel(ctx), done)
+			}
+			return fmt.Errorf("jail backend: fork %s: start child %s: %w", source, c, err)
+		}
+	}
+	return nil
+}
+
+// pausedFiles runs files with source's sandbox frozen (a suspended source
+// runs nothing to freeze) and thaws it after, whatever files did.
+func (b *backend) pausedFiles(ctx context.Context, source string, src *jail.Sandbox, files func(context.Context) ([]string, error)) (paths []string, err error) {
+	if src != nil {
+		if err := src.Freeze(); err != nil {
+			return nil, fmt.Errorf("jail backend: fork %s: pause: %w", source, err)
+		}
+		defer func() {
+			if terr := src.Thaw(); terr != nil {
+				err = errors.Join(err, fmt.Errorf("jail backend: fork %s: resume the source: %w", source, terr))
+			}
+		}()
+	}
+	paths, err = files(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jail backend: fork %s: files: %w", source, err)
+	}
+	return paths, nil
+}
+
+func (b *backend) Suspend(ctx context.Context, id string) error {
+	b.op.Lock()
+	defer b.op.Unlock()
+	sb, ok := b.get(id)
+	switch {
+	case !ok:
+		return api.Errorf(api.ErrNotFound, "jail backend: suspend %s: not held", id)
+	case sb == nil:
+		return api.Errorf(api.ErrState, "jail backend: suspend %s: already suspended", id)
+	}
+	// Its processes end; its /tmp stays, and with it the node.
+	b.hold(id, nil)
+	if err := sb.Stop(ctx); err != nil {
+		return fmt.Errorf("jail backend: suspend %s: %w", id, err)
+	}
+	return nil
+}
+
+func (b *backend) Resume(ctx context.Context, id, path string) error {
+	b.op.Lock()
+	defer b.op.Unlock()
+	if err := b.checkOpen("resume " + id); err != nil {
+		return err
+	}
+	if sb, ok := b.get(id); ok && sb != nil {
+		return api.Errorf(api.ErrState, "jail backend: resume %s: already live", id)
+	}
+	if err := b.run(ctx, id, path); err != nil {
+		return fmt.Errorf("jail backend: resume %s: %w", id, err)
+	}
+	return nil
+}
+
+// Commit carries nothing: /tmp is not node state the parent takes yet
+// (see the package's doc). It is trivially idempotent.
+func (b *backend) Commit(ctx context.Context, child, parent string) error { return nil }
+
+func (b *backend) Stop(ctx context.Context, id string) error {
+	b.op.Lock()
+	defer b.op.Unlock()
+	return b.stop(ctx, id)
+}
+
+// stop ends node id for good; b.op is held.
+func (b *backend) stop(ctx context.Context, id string) error {
+	if jail.CheckName(id) != nil {
+		return nil // no node of that name can be held
+	}
+	if sb, _ := b.get(id); sb != nil {
+		if err := sb.Stop(ctx); err != nil {
+			return fmt.Errorf("jail backend: stop %s: %w", id, err)
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(b.tmp, id)); err != nil {
+		return fmt.Errorf("jail backend: stop %s: remove its /tmp: %w: %w", id, api.ErrInternal, err)
+	}
+	b.drop(id)
+	return nil
+}
+
+func (b *backend) Exec(ctx context.Context, id string, cmd engine.Command, out func(api.ExecOutput) error) (api.ExecExit, error) {
+	start := time.Now()
+	sb, ok := b.get(id)
+	switch {
+	case !ok:
+		return api.ExecExit{}, api.Errorf(api.ErrNotFound, "jail backend: exec on %s: not held", id)
+	case sb == nil:
+		return api.ExecExit{}, api.Errorf(api.ErrState, "jail backend: exec on %s: suspended", id)
+	case len(cmd.Argv) == 0:
+		return api.ExecExit{}, api.Errorf(api.ErrBadRequest, "jail backend: exec on %s: no command", id)
+	case cmd.Cwd != "" && !filepath.IsLocal(cmd.Cwd):
+		return api.ExecExit{}, api.Errorf(api.ErrBadRequest, "jail backend: exec on %s: cwd %q is not a path inside the node", id, cmd.Cwd)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := &streams{out: out, cancel: cancel}
+	p, err := sb.Start(jail.ExecSpec{
+		Argv:    cmd.Argv,
+		Env:     environ(cmd.Env),
+		Cwd:     filepath.Join("/workspace", cmd.Cwd),
+		Timeout: cmd.Timeout,
+		Stdin:   cmd.Stdin,
+		Stdout:  w.to("stdout"),
+		Stderr:  w.to("stderr"),
+	})
+	if err != nil {
+		return api.ExecExit{}, fmt.Errorf("jail backend: exec on %s: %w", id, err)
+	}
+	st, err := p.Wait(cctx)
+	x := api.ExecExit{ExitCode: st.Code, DurationNS: max(time.Since(start).Nanoseconds(), 1)}
+	if st.Signal != 0 {
+		x.ExitCode, x.Signal = -1, strings.TrimPrefix(unix.SignalName(st.Signal), "SIG")
+	}
+	if oerr := w.failed(); oerr != nil {
+		return x, fmt.Errorf("jail backend: exec output: %w", oerr)
+	}
+	if err != nil {
+		return x, fmt.Errorf("jail backend: exec on %s: %w", id, err)
+	}
+	return x, nil
+}
+
+// environ is the default environment with env's entries over it.
+func environ(env []string) []string {
+	out := slices.Clone(defaultEnv)
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		out = slices.DeleteFunc(out, func(d string) bool { return strings.HasPrefix(d, k+"=") })
+		out = append(out, kv)
+	}
+	return out
+}
+
+// streams turns a process's two outputs into chunks for out, one at a
+// time; the first error from out ends the command (cancel) and drops the
+// rest of its output.
+type streams struct {
+	out    func(api.ExecOutput) error
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	err    error
+}
+
+func (s *streams) to(stream string) io.Writer {
+	return writer(func(b []byte) (int, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.err == nil {
+			if s.err = s.out(api.ExecOutput{Stream: stream, Data: slices.Clone(b)}); s.err != nil {
+				s.cancel()
+			}
+		}
+		return len(b), nil // drained either way, so the command never blocks on a full pipe
+	})
+}
+
+func (s *streams) failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+type writer func([]byte) (int, error)
+
+func (f writer) Write(b []byte) (int, error) { return f(b) }
+
+// RAM is each live sandbox's charged memory (its cgroup's). A sandbox
+// whose cgroup cannot be read (no memory controller) is left out, and the
+// first such error returned with what was measured.
+func (b *backend) RAM(ctx context.Context) (map[string]int64, error) {
+	b.mu.Lock()
+	live := map[string]*jail.Sandbox{}
+	for id, sb := range b.nodes {
+		if sb != nil {
+			live[id] = sb
+		}
+	}
+	b.mu.Unlock()
+	out := make(map[string]int64, len(live))
+	var first error
+	for id, sb := range live {
+		v, err := sb.MemoryBytes()
+		if err != nil {
+			if first == nil {
+				first = fmt.Errorf("jail backend: RAM of %s: %w", id, err)
+			}
+			continue
+		}
+		out[id] = v
+	}
+	return out, first
+}
+
+func (b *backend) Nodes(ctx context.Context) ([]engine.HeldNode, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]engine.HeldNode, 0, len(b.nodes))
+	for id, sb := range b.nodes {
+		st := engine.HeldSuspended
+		if sb != nil {
+			st = engine.HeldLive
+		}
+		out = append(out, engine.HeldNode{ID: id, State: st})
+	}
+	slices.SortFunc(out, func(a, b engine.HeldNode) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Close stops every sandbox; every node's /tmp stays on disk, so the next
+// open holds them suspended.
+func (b *backend) Close() error {
+	b.op.Lock()
+	defer b.op.Unlock()
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	for id := range b.nodes {
+		b.nodes[id] = nil
+	}
+	b.mu.Unlock()
+	if err := b.m.Close(); err != nil {
+		return fmt.Errorf("jail backend: close: %w", err)
+	}
+	return nil
+}
