@@ -89,6 +89,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := lockHeld(lock, cfg.Home, ab, 10*time.Second); err != nil {
 		return fmt.Errorf("daemon: another arbord runs with home %s: %w: %w", cfg.Home, api.ErrBusy, err)
 	}
+	// The home is ours now: every mount of a daemon of this home that is
+	// still there is an earlier one's, dead or dying. Abort their
+	// connections, so that no request waits on them and a daemon that was
+	// SIGKILLed while one of its threads waited on its own mount can exit
+	// (it may have let the lock go before it could).
+	if err := abortMounts(cfg.Home, ab); err != nil {
+		log.Warn("abort an earlier daemon's mounts", "err", err)
+	}
 
 	var eng *engine.Engine // set once composed; the gauges read it only when scraped
 	m, err := metrics.New(metrics.Config{Gauges: metrics.GaugesFunc(func() []metrics.TreeGauge { return gauges(eng) })})
