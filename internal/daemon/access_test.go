@@ -189,12 +189,7 @@ func TestMountRules(t *testing.T) {
 func TestHTTPToken(t *testing.T) {
 	testenv.NeedFUSE(t)
 	home := filepath.Join(tempDir(t), "home")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	var log lockedBuf
 	run := func() (stop func()) {
 		ctx, cancel := context.WithCancel(context.Background())

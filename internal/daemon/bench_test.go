@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -23,12 +22,7 @@ func benchDaemon(b *testing.B) (*client.Client, *client.HTTPClient, string) {
 	dir := tempDir(b)
 	home, base := filepath.Join(dir, "home"), filepath.Join(dir, "base")
 	writeFile(b, filepath.Join(base, "a.txt"), "a")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(b)
 	startDaemon(b, Config{Home: home, HTTPAddr: addr, Token: testToken})
 	cl := client.New(filepath.Join(home, "arbord.sock"))
 	b.Cleanup(func() { cl.Close() })

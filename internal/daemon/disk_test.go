@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -205,12 +204,7 @@ func TestDiskMetrics(t *testing.T) {
 	dir := tempDir(t)
 	home, base := filepath.Join(dir, "home"), filepath.Join(dir, "base")
 	writeFile(t, filepath.Join(base, "a.txt"), "a")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	startDaemon(t, Config{Home: home, HTTPAddr: addr, Token: testToken})
 	cl := client.New(filepath.Join(home, "arbord.sock"))
 	defer cl.Close()

@@ -136,3 +136,15 @@ func mustDo(t *testing.T, ctx context.Context, cl *client.Client) func(api.Reque
 		return r
 	}
 }
+
+// freeAddr is a loopback TCP address free a moment ago, for a daemon's
+// HTTP face.
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}

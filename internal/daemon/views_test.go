@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,12 +29,7 @@ func TestMountIsAViewOfATree(t *testing.T) {
 	dir := tempDir(t)
 	home, base, mp := filepath.Join(dir, "home"), filepath.Join(dir, "base"), filepath.Join(dir, "ws")
 	writeFile(t, filepath.Join(base, "f"), "base")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	startDaemon(t, Config{Home: home, HTTPAddr: addr, Token: testToken})
 	cl := client.New(filepath.Join(home, "arbord.sock"))
 	defer cl.Close()
