@@ -7,7 +7,7 @@ the tests do, and prints medians:
 - a verb round trip (ping, tree_nodes) and a fork_batch of 10: a bare JSON-lines
   client (one socket, json.dumps/loads; and one asyncio stream) against the SDK's
   blocking and asyncio clients, interleaved round by round; the difference is what
-  the SDK adds;
+  the SDK adds (each fork's children are aborted over yet another connection);
 - BestOfN of 8 attempts (each writes a file and scores itself) end to end: the
   fork_batch, 8 parallel attempts, the commit of the best and 7 aborts.
 
@@ -65,6 +65,10 @@ def main() -> int:
     d = Daemon()
     try:
         raw = Raw(d.socket)
+        # The aborts between forks go over a connection of their own, so that every
+        # client's fork finds its connection as idle as the others' (a connection that has
+        # just answered is served sooner by the daemon).
+        aborts = Raw(d.socket)
         c = arbor.Client(d.socket)
         tree = c.create_tree(d.base({"f": "0"}), budget=arbor.Budget(max_live_nodes=16))
         root = tree.root.id
@@ -74,7 +78,7 @@ def main() -> int:
 
         def abort_all(forks: list[str]) -> None:
             for n in forks:
-                raw.do({"op": "tree_abort", "tree_id": tree.id, "node_id": n})
+                aborts.do({"op": "tree_abort", "tree_id": tree.id, "node_id": n})
 
         async def atimed(fn, n: int) -> list[float]:  # awaited in one running loop
             out = []

@@ -1,4 +1,6 @@
-"""asyncio transports: the same two faces as _transport, on asyncio streams.
+"""asyncio transports: the same two faces as _transport. The socket face is an
+asyncio.Protocol that splits the bytes into lines itself (the client's hot path,
+see _LineConn); HTTP runs on asyncio streams.
 
 The standard library has no asyncio HTTP client, so HTTP/1.1 is spoken here
 directly, as much of it as arbord's face uses: a JSON request with
@@ -9,8 +11,9 @@ streams), keep-alive connections reused from a small pool.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
 
 from . import _wire
@@ -19,19 +22,187 @@ from .errors import ArborError, ConnectionLost, DaemonUnavailable, LimitError, T
 
 _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
+#: Bytes of unread stream lines above which a connection stops reading (a slow consumer of
+#: a fast exec's output), and below which it reads again.
+_HIGH, _LOW = 1 << 20, 1 << 18
 
-def _close(c: _Conn) -> None:
-    c[1].close()
+
+class _Expired(Exception):
+    """A connection's call outlived its deadline (the watchdog closed the connection)."""
 
 
-def _usable(c: _Conn) -> bool:
-    return not c[0].at_eof() and not c[1].is_closing()
+class _LineConn(asyncio.Protocol):
+    """One socket connection as lines: ``data_received`` splits the bytes into a queue,
+    :meth:`readline` takes the next line or waits for one.
+
+    This is the asyncio client's hot path, so it does the least it can per call. A call's
+    deadline is one number (:meth:`arm`), watched by a single timer per connection that is
+    re-armed only when it fires: a per-call ``asyncio.timeout`` or ``call_at`` handle cost
+    more than the rest of the round trip's client side. Writes go straight to the transport;
+    a writer waits only when the transport paused it (a large request)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._t: asyncio.Transport | None = None
+        self._buf = bytearray()  # an incomplete line
+        self._lines: deque[bytes] = deque()
+        self._size = 0  # bytes in _lines and _buf
+        self._waiter: asyncio.Future[None] | None = None
+        self._drainer: asyncio.Future[None] | None = None
+        self._exc: BaseException | None = None  # why the connection ended (EOFError at its end)
+        self._paused_reading = False
+        self._deadline: float | None = None  # of the call in flight (None: no call, or no limit)
+        self._timer: asyncio.TimerHandle | None = None
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._t = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._size += len(data)
+        if not self._buf and data.endswith(b"\n"):
+            lines = data.split(b"\n")  # one reply, usually: [line, b""]
+            lines.pop()
+            self._lines.extend(lines)
+        else:
+            self._buf += data
+            if b"\n" not in data:
+                if len(self._buf) > MAX_REPLY:
+                    self._end(ConnectionLost(f"reply longer than {MAX_REPLY} bytes"))
+                return
+            parts = self._buf.split(b"\n")
+            self._buf = parts.pop()
+            self._lines.extend(bytes(p) for p in parts)
+        if self._size > _HIGH and not self._paused_reading and self._t is not None:
+            self._paused_reading = True
+            self._t.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes itself; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._exc is None:
+            self._exc = exc or EOFError("the daemon closed the connection")
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._wake()
+        if self._drainer is not None and not self._drainer.done():
+            self._drainer.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._drainer is None or self._drainer.done():
+            self._drainer = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self._drainer is not None and not self._drainer.done():
+            self._drainer.set_result(None)
+
+    # the client's side
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None:
+            self._waiter = None
+            if not w.done():
+                w.set_result(None)
+
+    def _end(self, exc: BaseException) -> None:
+        """Fail whoever waits with exc and close the connection."""
+        if self._exc is None:
+            self._exc = exc
+        self.close()
+        self._wake()
+
+    def arm(self, timeout: float | None) -> None:
+        """Start a call that must be answered within timeout seconds (None: no limit)."""
+        if timeout is None:
+            self._deadline = None
+            return
+        self._deadline = d = self._loop.time() + timeout
+        if self._timer is None or self._timer.when() > d:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self._loop.call_at(d, self._watch)
+
+    def disarm(self) -> None:
+        self._deadline = None
+
+    def _watch(self) -> None:
+        self._timer = None
+        d = self._deadline
+        if d is None:
+            return  # no call in flight: the next one arms again
+        if self._loop.time() >= d:
+            self._end(_Expired())
+        else:
+            self._timer = self._loop.call_at(d, self._watch)
+
+    async def send(self, data: bytes) -> None:
+        if self._exc is not None:
+            raise self._exc
+        assert self._t is not None
+        self._t.write(data)
+        if self._drainer is not None and not self._drainer.done():
+            await self._drainer
+            if self._exc is not None:
+                raise self._exc
+
+    async def readline(self) -> bytes:
+        while not self._lines:
+            if self._exc is not None:
+                raise self._exc
+            self._waiter = w = self._loop.create_future()
+            try:
+                await w
+            finally:
+                if self._waiter is w:
+                    self._waiter = None
+        if isinstance(self._exc, _Expired):
+            raise self._exc  # the deadline passed before the caller took the reply
+        line = self._lines.popleft()
+        self._size -= len(line) + 1
+        if self._paused_reading and self._size < _LOW and self._t is not None and self._exc is None:
+            self._paused_reading = False
+            self._t.resume_reading()
+        return line
+
+    def usable(self) -> bool:
+        """Open, and nothing unasked-for arrived (the daemon closes an idle connection with
+        a line saying so)."""
+        return self._exc is None and not self._lines and not self._buf
+
+    def close(self) -> None:
+        if self._exc is None:
+            self._exc = EOFError("closed")
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._t is not None:
+            self._t.close()
+
+
+class _HTTPConn:
+    """One HTTP connection (the stdlib's asyncio streams)."""
+
+    def __init__(self, c: _Conn) -> None:
+        self.r, self.w = c
+
+    def usable(self) -> bool:
+        return not self.r.at_eof() and not self.w.is_closing()
+
+    def close(self) -> None:
+        self.w.close()
 
 
 class AsyncStream:
     """The replies of a streaming op after its first one (``first``), as an async iterator."""
 
-    def __init__(self, first: dict[str, Any], lines: AsyncIterator[dict[str, Any]], conn: _Conn | None) -> None:
+    def __init__(self, first: dict[str, Any], lines: AsyncIterator[dict[str, Any]],
+                 conn: _LineConn | _HTTPConn | None) -> None:
         self.first = first
         self._lines = lines
         self._conn = conn
@@ -48,22 +219,19 @@ class AsyncStream:
         except StopAsyncIteration:
             await self.aclose()
             raise
-        except (OSError, EOFError, ValueError, asyncio.IncompleteReadError):
+        except (OSError, EOFError, ValueError, asyncio.IncompleteReadError, ConnectionLost):
             await self.aclose()
             raise StopAsyncIteration from None
 
     async def aclose(self) -> None:
-        if not self._closed:
-            self._closed = True
-            if self._conn is not None:
-                _close(self._conn)
+        self.close()
 
     def close(self) -> None:
-        """Close from synchronous code (a finally, a callback)."""
+        """Close from synchronous code too (a finally, a callback)."""
         if not self._closed:
             self._closed = True
             if self._conn is not None:
-                _close(self._conn)
+                self._conn.close()
 
     async def __aenter__(self) -> AsyncStream:
         return self
@@ -72,35 +240,40 @@ class AsyncStream:
         await self.aclose()
 
 
-class _Pool:
+_C = TypeVar("_C", _LineConn, _HTTPConn)
+
+
+class _Pool(Generic[_C]):
+    """Idle connections (one event loop's: a client is used from one loop)."""
+
     def __init__(self) -> None:
-        self.idle: list[_Conn] = []
+        self.idle: list[_C] = []
         self.closed = False
 
-    def get(self) -> _Conn | None:
+    def get(self) -> _C | None:
         while self.idle:
             c = self.idle.pop()
-            if _usable(c):
+            if c.usable():
                 return c
-            _close(c)
+            c.close()
         return None
 
-    def put(self, c: _Conn) -> None:
-        if self.closed or len(self.idle) >= MAX_IDLE or not _usable(c):
-            _close(c)
+    def put(self, c: _C) -> None:
+        if self.closed or len(self.idle) >= MAX_IDLE or not c.usable():
+            c.close()
         else:
             self.idle.append(c)
 
     def drain(self) -> None:
         self.closed = True
         for c in self.idle:
-            _close(c)
+            c.close()
         self.idle = []
 
 
 async def _within(aw: Any, t: float | None, op: str) -> Any:
     """Await aw within t seconds. asyncio.timeout (3.11) where there is one: wait_for
-    runs the awaitable as a task of its own, which costs more than the round trip."""
+    runs the awaitable as a task of its own."""
     if t is None:
         return await aw
     try:
@@ -119,24 +292,21 @@ class AsyncSocketTransport:
 
     def __init__(self, path: str, timeout: float | None = None) -> None:
         self.path, self.timeout = path, timeout
-        self._pool = _Pool()
+        self._pool: _Pool[_LineConn] = _Pool()
 
-    async def _dial(self, t: float | None, op: str) -> _Conn:
+    async def _dial(self, t: float | None, op: str) -> _LineConn:
+        loop = asyncio.get_running_loop()
         try:
-            c: _Conn = await _within(asyncio.open_unix_connection(self.path, limit=MAX_REPLY), t, op)
+            _, c = await _within(loop.create_unix_connection(lambda: _LineConn(loop), self.path), t, op)
+            assert isinstance(c, _LineConn)
             return c
         except (FileNotFoundError, ConnectionRefusedError) as e:
             raise DaemonUnavailable(f"no arbord answers at {self.path}: {e.strerror}", op=op) from e
         except OSError as e:
             raise DaemonUnavailable(f"connecting to arbord at {self.path}: {e}", op=op) from e
 
-    async def _roundtrip(self, c: _Conn, line: bytes) -> dict[str, Any]:
-        c[1].write(line)
-        await c[1].drain()
-        raw = await c[0].readline()
-        if not raw.endswith(b"\n"):
-            raise EOFError("the daemon closed the connection")
-        return _wire.decode_line(raw)
+    def _timeout(self, op: str, t: float | None) -> Timeout:
+        return Timeout(f"{op}: no reply within {t}s", op=op)
 
     async def call(self, req: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         op = req["op"]
@@ -149,20 +319,22 @@ class AsyncSocketTransport:
             reused = c is not None
             c = c or await self._dial(t, op)
             try:
-                reply = await _within(self._roundtrip(c, line), t, op)
-            except Timeout:
-                _close(c)
-                raise
-            except (OSError, EOFError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
-                _close(c)
+                c.arm(t)
+                await c.send(line)
+                reply = _wire.decode_line(await c.readline())
+                c.disarm()
+            except _Expired as e:
+                raise self._timeout(op, t) from e
+            except (OSError, EOFError, ValueError, ConnectionLost) as e:
+                c.close()
                 if reused and attempt == 0 and op in _wire.READ_ONLY:
                     continue
                 raise ConnectionLost(f"{op}: connection to arbord at {self.path} lost: {e}", op=op) from e
             except BaseException:  # cancelled mid-call: the connection's state is unknown
-                _close(c)
+                c.close()
                 raise
             if reused and attempt == 0 and reply.get("code") == LimitError.code:
-                _close(c)
+                c.close()
                 continue
             self._pool.put(c)
             return check(reply, op)
@@ -173,20 +345,22 @@ class AsyncSocketTransport:
         t = self.timeout if timeout is None else timeout
         c = await self._dial(t, op)
         try:
-            first = check(await _within(self._roundtrip(c, _wire.encode_line(req)), t, op), op)
-        except (OSError, EOFError, ValueError, asyncio.IncompleteReadError) as e:
-            _close(c)
+            c.arm(t)
+            await c.send(_wire.encode_line(req))
+            first = check(_wire.decode_line(await c.readline()), op)
+            c.disarm()  # the lines after the first come when they come
+        except _Expired as e:
+            raise self._timeout(op, t) from e
+        except (OSError, EOFError, ValueError, ConnectionLost) as e:
+            c.close()
             raise ConnectionLost(f"{op}: connection to arbord lost: {e}", op=op) from e
         except BaseException:
-            _close(c)
+            c.close()
             raise
 
         async def lines() -> AsyncIterator[dict[str, Any]]:
             while True:
-                raw = await c[0].readline()
-                if not raw:
-                    return
-                yield _wire.decode_line(raw)
+                yield _wire.decode_line(await c.readline())
         return AsyncStream(first, lines(), c)
 
     async def close(self) -> None:
@@ -244,12 +418,12 @@ class AsyncHTTPTransport:
         self._host, self._port = u.hostname, u.port or 80
         self._hosthdr = u.netloc
         self._prefix = u.path.rstrip("/")
-        self._pool = _Pool()
+        self._pool: _Pool[_HTTPConn] = _Pool()
 
-    async def _dial(self, t: float | None, op: str) -> _Conn:
+    async def _dial(self, t: float | None, op: str) -> _HTTPConn:
         try:
             c: _Conn = await _within(asyncio.open_connection(self._host, self._port, limit=MAX_REPLY), t, op)
-            return c
+            return _HTTPConn(c)
         except ConnectionRefusedError as e:
             raise DaemonUnavailable(f"no arbord answers at {self.url}: {e.strerror}", op=op) from e
         except OSError as e:
@@ -269,11 +443,11 @@ class AsyncHTTPTransport:
                              "internal", http_status=status, op=op) from None
         return check(reply, op, status)
 
-    async def _exchange(self, c: _Conn, data: bytes) -> tuple[int, dict[str, str], bytes]:
-        c[1].write(data)
-        await c[1].drain()
-        status, headers = await _read_head(c[0])
-        return status, headers, await _body(c[0], headers)
+    async def _exchange(self, c: _HTTPConn, data: bytes) -> tuple[int, dict[str, str], bytes]:
+        c.w.write(data)
+        await c.w.drain()
+        status, headers = await _read_head(c.r)
+        return status, headers, await _body(c.r, headers)
 
     async def call(self, req: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         op = req["op"]
@@ -286,18 +460,18 @@ class AsyncHTTPTransport:
             try:
                 status, headers, body = await _within(self._exchange(c, data), t, op)
             except Timeout:
-                _close(c)
+                c.close()
                 raise
             except (OSError, EOFError, ValueError, asyncio.IncompleteReadError) as e:
-                _close(c)
+                c.close()
                 if reused and attempt == 0 and op in _wire.READ_ONLY:
                     continue  # a keep-alive connection the server had closed (repeat only reads)
                 raise ConnectionLost(f"{op}: connection to arbord at {self.url} lost: {e}", op=op) from e
             except BaseException:
-                _close(c)
+                c.close()
                 raise
             if headers.get("connection", "").lower() == "close":
-                _close(c)
+                c.close()
             else:
                 self._pool.put(c)
             return self._reply(op, status, body)
@@ -308,25 +482,25 @@ class AsyncHTTPTransport:
         t = self.timeout if timeout is None else timeout
         c = await self._dial(t, op)
         try:
-            c[1].write(self._request(req, True))
-            await c[1].drain()
-            status, headers = await _within(_read_head(c[0]), t, op)
+            c.w.write(self._request(req, True))
+            await c.w.drain()
+            status, headers = await _within(_read_head(c.r), t, op)
             ctype = headers.get("content-type", "")
             if status >= 300 or not ("event-stream" in ctype or "ndjson" in ctype):
-                reply = self._reply(op, status, await _within(_body(c[0], headers), t, op))
-                _close(c)
+                reply = self._reply(op, status, await _within(_body(c.r, headers), t, op))
+                c.close()
                 return AsyncStream(reply, _empty(), None)
         except (OSError, EOFError, ValueError, asyncio.IncompleteReadError) as e:
-            _close(c)
+            c.close()
             raise ConnectionLost(f"{op}: connection to arbord at {self.url} lost: {e}", op=op) from e
         except BaseException:
-            _close(c)
+            c.close()
             raise
         sse = "event-stream" in ctype
 
         async def lines() -> AsyncIterator[dict[str, Any]]:
             parser, buf = _wire.SSEParser(), b""
-            async for chunk in _chunks(c[0], headers):
+            async for chunk in _chunks(c.r, headers):
                 buf += chunk
                 *complete, buf = buf.split(b"\n")
                 for raw in complete:
@@ -340,10 +514,10 @@ class AsyncHTTPTransport:
         try:
             first = check(await _within(it.__anext__(), t, op), op)
         except StopAsyncIteration:
-            _close(c)
+            c.close()
             raise ConnectionLost(f"{op}: the stream ended before its first reply", op=op) from None
         except BaseException:
-            _close(c)
+            c.close()
             raise
         return AsyncStream(first, it, c)
 

@@ -42,10 +42,13 @@ _TREE_VERBS = {
 }
 
 
+#: One encoder for every request: json.dumps with any option builds a new one per call.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def encode_line(req: dict[str, Any]) -> bytes:
     """One request line: compact JSON with the fields that are set, and a newline."""
-    return json.dumps({k: v for k, v in req.items() if v is not None},
-                      separators=(",", ":")).encode() + b"\n"
+    return _encode({k: v for k, v in req.items() if v is not None}).encode() + b"\n"
 
 
 def decode_line(line: bytes) -> dict[str, Any]:
