@@ -294,13 +294,13 @@ class AsyncNode:
         s = await c._t.stream(_verbs.exec_req(self.tree.id, self.id, argv, cwd, env, timeout),
                               _verbs.exec_timeout(c.timeout, timeout))
         async with s:
-            if (o := col.feed(s.first)) is not None:
-                yield o
-            async for line in s:
-                if col.result is not None:
-                    break
+            line: dict[str, Any] | None = s.first
+            while line is not None:
                 if (o := col.feed(line)) is not None:
                     yield o
+                # The exit line ends it (the first line, for a process with no output):
+                # the daemon sends nothing after it.
+                line = await anext(s, None) if col.result is None else None
 
     async def spawn(self, argv: Sequence[str] | str, *, cwd: str | None = None,
                     env: Mapping[str, str] | None = None) -> AsyncProcess:

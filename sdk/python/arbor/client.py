@@ -379,14 +379,13 @@ class Node:
         s = c._t.stream(_verbs.exec_req(self.tree.id, self.id, argv, cwd, env, timeout),
                         _verbs.exec_timeout(c.timeout, timeout))
         with s:
-            for line in [s.first]:
+            line: dict[str, Any] | None = s.first
+            while line is not None:
                 if (o := col.feed(line)) is not None:
                     yield o
-            for line in s:
-                if col.result is not None:
-                    break
-                if (o := col.feed(line)) is not None:
-                    yield o
+                # The exit line ends it (the first line, for a process with no output):
+                # the daemon sends nothing after it.
+                line = next(s, None) if col.result is None else None
 
     def spawn(self, argv: Sequence[str] | str, *, cwd: str | None = None,
               env: Mapping[str, str] | None = None) -> Process:
