@@ -1,0 +1,136 @@
+"""exec, background processes and files on the jail backend: a real sandbox per node
+(namespaces and a cgroup), through both clients. Skipped where arbord serves no jail
+(not root, no cgroups); a failure instead when ARBOR_TEST_REQUIRE asks for them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import unittest
+
+from tests.daemon import D, jail_tree, read, setUpModule, tearDownModule  # noqa: F401
+
+import arbor
+from arbor.aio import AsyncClient
+from arbor.patterns import Attempt, Speculate
+
+
+class JailCase(unittest.TestCase):
+    transport = "socket"
+
+    def setUp(self) -> None:
+        self.c = D.client(self.transport)
+        self.base = D.base({"a.txt": "base\n"})
+        self.tree = jail_tree(self.c, self.base)
+
+    def tearDown(self) -> None:
+        self.tree.delete()
+        self.c.close()
+
+
+class Exec(JailCase):
+    def test_result(self) -> None:
+        k = self.tree.root.fork()
+        r = k.exec(["/bin/sh", "-c", "cat a.txt; echo oops >&2; exit 3"])
+        self.assertEqual((r.exit_code, r.stdout, r.stderr, r.signal), (3, b"base\n", b"oops\n", None))
+        self.assertFalse(r.ok)
+        self.assertGreater(r.duration, 0)
+        self.assertEqual(r["exit_code"], 3)
+        r = k.exec("mkdir -p sub && echo $FOO > sub/f", env={"FOO": "bar"})
+        self.assertTrue(r.ok, r)
+        r = k.exec(["/bin/sh", "-c", "pwd; cat f"], cwd="sub")
+        self.assertEqual(r.stdout, b"/workspace/sub\nbar\n")
+        with self.assertRaises(arbor.BadRequestError):
+            k.exec(["true"], cwd="/etc")  # a cwd outside the node's files
+
+    def test_no_output_ends_at_the_exit(self) -> None:
+        """The exit line is then the stream's first: nothing follows it."""
+        k = self.tree.root.fork()
+        t0 = time.monotonic()
+        for _ in range(3):
+            self.assertTrue(k.exec(["true"]).ok)
+        self.assertLess(time.monotonic() - t0, 30)  # not the daemon's 2-minute idle timeout
+
+    def test_streamed_output(self) -> None:
+        k = self.tree.root.fork()
+        got: list[bytes] = []
+        r = k.exec(["/bin/sh", "-c", "printf '\\377\\000bin'; echo one; sleep 0.2; echo two"], on_stdout=got.append)
+        self.assertEqual(r.stdout, b"\xff\x00binone\ntwo\n")
+        self.assertEqual(b"".join(got), r.stdout)
+        s = k.exec_stream("echo out; echo err >&2; exit 4")
+        chunks = [(o.stream, o.data) for o in s]
+        self.assertIn(("stdout", b"out\n"), chunks)
+        self.assertIn(("stderr", b"err\n"), chunks)
+        self.assertEqual(s.result.exit_code, 4)
+
+    def test_timeout_kills(self) -> None:
+        k = self.tree.root.fork()
+        t0 = time.monotonic()
+        r = k.exec("sleep 30 & sleep 30", timeout=0.5)
+        self.assertLess(time.monotonic() - t0, 20)
+        self.assertIsNone(r.exit_code)
+        self.assertTrue(r.signal, r)
+
+    def test_nodes_are_apart_and_commit(self) -> None:
+        a, b = self.tree.root.fork(2)
+        self.assertTrue(a.exec("echo from-a > a.txt && touch new").ok)
+        self.assertEqual(b.exec(["cat", "a.txt"]).stdout, b"base\n")
+        self.assertEqual(b.exec(["ls"]).stdout, b"a.txt\n")
+        self.assertEqual({n.id for n in a.commit()}, {b.id})
+        self.assertEqual(read(self.base, "a.txt"), "from-a\n")
+        self.assertTrue(os.path.exists(os.path.join(self.base, "new")))
+        self.assertEqual(self.tree.root.exec(["cat", "a.txt"]).stdout, b"from-a\n")
+
+    def test_processes_are_apart(self) -> None:
+        a, b = self.tree.root.fork(2)
+        pa = a.exec("echo $$; ls /proc | grep -c '^[0-9]'")
+        self.assertTrue(pa.ok, pa)
+        pid, nprocs = pa.stdout.split()
+        self.assertLess(int(pid), 10)  # its own PID namespace
+        self.assertLess(int(nprocs), 10)
+
+
+class Speculation(JailCase):
+    def test_losers_processes_are_killed_through_the_backend(self) -> None:
+        started = os.path.join(D.tmp, f"slow-{self.id()}")
+
+        def slow(a: Attempt) -> None:
+            open(started, "w").close()
+            a.run("sleep 60; echo slow > a.txt")
+
+        def fast(a: Attempt) -> None:
+            while not os.path.exists(started):
+                time.sleep(0.01)
+            a.run("echo fast > a.txt", check=True)
+
+        t0 = time.monotonic()
+        o = Speculate([slow, fast], timeout=60)(self.tree)
+        self.assertLess(time.monotonic() - t0, 30)  # the slow one did not run its minute
+        self.assertTrue(o.committed)
+        self.assertEqual(o.winner.index, 1)
+        self.assertEqual(read(self.base, "a.txt"), "fast\n")
+        self.assertEqual([n.id for n in self.tree.nodes()], [self.tree.root.id])
+
+
+class AsyncExec(unittest.IsolatedAsyncioTestCase):
+    async def test_parallel_execs(self) -> None:
+        async with AsyncClient(D.socket) as c:
+            with D.client("socket") as sc:
+                tree = jail_tree(sc, D.base({"a.txt": "base\n"}))
+            try:
+                t = await c.tree(tree.id)
+                kids = await t.root.fork(4)
+                rs = await asyncio.gather(*(k.exec(f"echo {i} >> a.txt; cat a.txt") for i, k in enumerate(kids)))
+                self.assertEqual([r.stdout for r in rs], [f"base\n{i}\n".encode() for i in range(4)])
+                got: list[bytes] = []
+                r = await kids[0].exec(["true"], on_stdout=got.append)
+                self.assertEqual((r.exit_code, got), (0, []))
+                chunks = [o.data async for o in kids[1].exec_stream("echo x; exit 2")]
+                self.assertEqual(chunks, [b"x\n"])
+            finally:
+                await c.call("tree_delete", tree_id=tree.id)
+
+
+if __name__ == "__main__":
+    unittest.main()
