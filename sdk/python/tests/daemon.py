@@ -151,7 +151,7 @@ def jail_tree(c: arbor.Client, base: str) -> arbor.Tree:
     try:
         return c.create_tree(base, backend="jail")
     except arbor.BadRequestError as e:
-        if "unknown backend" not in e.message:
+        if "is unknown" not in e.message:
             raise
         cap = "root" if os.geteuid() != 0 else "cgroup"
         why = f"arbord serves no jail backend here (needs {cap}): {e.message}"
