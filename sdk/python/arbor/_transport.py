@@ -61,6 +61,13 @@ class _LineConn:
         self.timeout = t
 
     def readline(self) -> bytes:
+        if not self.buf:  # the usual case: one reply, whole in one read
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise EOFError("the daemon closed the connection")
+            if chunk.find(b"\n") == len(chunk) - 1:
+                return chunk[:-1]
+            self.buf += chunk
         while True:
             i = self.buf.find(b"\n")
             if i >= 0:
