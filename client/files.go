@@ -13,7 +13,7 @@ import (
 // stream sends req on a connection of its own, then whatever send writes
 // on it (input lines), and calls each with every reply line until it
 // returns done. ctx's end closes the connection.
-func (c *Client) stream(ctx context.Context, req api.Request, send func(nc net.Conn) error, each func(api.Response) (done bool, err error)) error {
+func (c *Client) stream(ctx context.Context, req api.Request, send func(nc net.Conn, stop <-chan struct{}) error, each func(api.Response) (done bool, err error)) error {
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
@@ -40,9 +40,10 @@ func (c *Client) stream(ctx context.Context, req api.Request, send func(nc net.C
 	if send != nil {
 		// The input goes out while the replies come in; it ends at its
 		// reader's end or when the connection closes, and is waited for.
-		sent := make(chan error, 1)
-		go func() { sent <- send(cn.nc) }()
+		sent, stop := make(chan error, 1), make(chan struct{})
+		go func() { sent <- send(cn.nc, stop) }()
 		defer func() {
+			close(stop)
 			cn.nc.Close()
 			<-sent
 		}()
@@ -117,7 +118,7 @@ func (c *Client) ReadFile(ctx context.Context, treeID, nodeID, path string, w io
 func (c *Client) WriteFile(ctx context.Context, treeID, nodeID, path string, mode uint32, r io.Reader) (api.FileInfo, error) {
 	var fi api.FileInfo
 	req := api.Request{Op: api.OpFileWrite, TreeID: treeID, NodeID: nodeID, Path: path, Mode: mode, Input: true}
-	err := c.stream(ctx, req, func(nc net.Conn) error { return sendInput(nc, r) }, func(resp api.Response) (bool, error) {
+	err := c.stream(ctx, req, func(nc net.Conn, _ <-chan struct{}) error { return sendInput(nc, r) }, func(resp api.Response) (bool, error) {
 		if resp.File != nil {
 			fi = *resp.File
 		}
