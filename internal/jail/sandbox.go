@@ -437,9 +437,6 @@ func (p *Process) finish() {
 // Pid is the process's pid in the sandbox's PID namespace.
 func (p *Process) Pid() int { return p.pid }
 
-// ID is the process's number in its sandbox (as Processes lists it).
-func (p *Process) ID() uint64 { return p.id }
-
 // Done is closed when the process has ended and its output is drained.
 func (p *Process) Done() <-chan struct{} { return p.done }
 

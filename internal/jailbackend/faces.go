@@ -49,8 +49,9 @@ const (
 // bgProcs are the background processes of every node (Spawn).
 type bgProcs struct {
 	wg    sync.WaitGroup       // the goroutines that wait for each process
-	mu    sync.Mutex           // guards nodes
+	mu    sync.Mutex           // guards nodes and count
 	nodes map[string][]*bgProc // by node id, in start order
+	count map[string]int       // background processes started, by node id (p1, p2, ...)
 }
 
 // bgProc is one background process and its log.
@@ -163,11 +164,12 @@ func (b *backend) Spawn(ctx context.Context, id string, cmd engine.Command) (api
 		return api.Process{}, fmt.Errorf("jail backend: spawn on %s: %w", id, err)
 	}
 	bp.p = p
-	bp.info = api.Process{ID: "p" + strconv.FormatUint(p.ID(), 10), Pid: p.Pid(), Argv: slices.Clone(cmd.Argv), StartedNS: start.UnixNano()}
 	b.bg.mu.Lock()
 	if b.bg.nodes == nil {
-		b.bg.nodes = map[string][]*bgProc{}
+		b.bg.nodes, b.bg.count = map[string][]*bgProc{}, map[string]int{}
 	}
+	b.bg.count[id]++
+	bp.info = api.Process{ID: "p" + strconv.Itoa(b.bg.count[id]), Pid: p.Pid(), Argv: slices.Clone(cmd.Argv), StartedNS: start.UnixNano()}
 	list := append(b.bg.nodes[id], bp)
 	// Forget the oldest ended ones past keepEnded.
 	ended := 0
@@ -280,6 +282,7 @@ func (b *backend) dropProcs(id string) {
 	b.bg.mu.Lock()
 	defer b.bg.mu.Unlock()
 	delete(b.bg.nodes, id)
+	delete(b.bg.count, id)
 }
 
 // resizer applies the sizes of sizes to p's pty until done is closed.
