@@ -342,6 +342,17 @@ func (r *router) WriteFile(ctx context.Context, req api.Request, rd io.Reader) (
 	return r.eng.WriteFile(ctx, req, rd)
 }
 
+// ReadFile copies a node's file to w (the MCP server's read_file).
+func (r *router) ReadFile(ctx context.Context, treeID, nodeID, path string, w io.Writer) (api.FileInfo, error) {
+	rc, fi, err := r.eng.OpenFile(ctx, api.Request{TreeID: treeID, NodeID: nodeID, Path: path})
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	defer rc.Close()
+	_, err = io.Copy(w, rc)
+	return fi, err
+}
+
 func (r *router) Logs(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (*api.ExecExit, error) {
 	return r.eng.Logs(ctx, req, out)
 }
