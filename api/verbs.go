@@ -187,6 +187,18 @@ func (b *ExecBody) Fill(r *Request) error {
 	return nil
 }
 
+// MkdirBody is the body of POST .../files/{path...}?mkdir=1 (file_mkdir).
+type MkdirBody struct {
+	Mode    uint32 `json:"mode,omitempty"`
+	Parents bool   `json:"parents,omitempty"`
+}
+
+// Fill implements Body.
+func (b *MkdirBody) Fill(r *Request) error {
+	r.Mode, r.Parents = b.Mode, b.Parents
+	return nil
+}
+
 // ProcessBody is the body of POST .../nodes/{node}/exec/kill.
 type ProcessBody struct {
 	ProcessID string `json:"process_id"`
@@ -285,7 +297,8 @@ var verbTable = []Verb{
 	{Op: OpFileRemove, Reply: StatusOK, Request: []string{"tree_id", "node_id", "path", "recursive"}, ReplyFields: []string{"tree_id", "node_id"},
 		Method: "DELETE", Path: filesPath, Query: []string{"recursive"}},
 	{Op: OpFileMkdir, Reply: "dir_made", Request: []string{"tree_id", "node_id", "path", "mode", "parents"}, ReplyFields: rFile,
-		Method: "POST", Path: filesPath, Flag: "mkdir", Query: []string{"mode", "parents"}, Created: true},
+		Method: "POST", Path: filesPath, Flag: "mkdir", Created: true,
+		Body: func(r Request) Body { return &MkdirBody{Mode: r.Mode, Parents: r.Parents} }},
 	{Op: OpExecList, Reply: OpExecList, ReadOnly: true, Request: fNode, ReplyFields: []string{"tree_id", "node_id", "process_list"},
 		Method: "GET", Path: nodePath + "/exec"},
 	{Op: OpExecKill, Reply: StatusOK, Request: []string{"tree_id", "node_id", "process_id"}, ReplyFields: []string{"tree_id", "node_id", "process_id"},

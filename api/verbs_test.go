@@ -119,7 +119,7 @@ func TestFilesRoute(t *testing.T) {
 	for _, tc := range []api.Request{
 		{Op: api.OpFileRead, TreeID: "t", NodeID: "n1", Path: "a b/c%d/é?x#y"},
 		{Op: api.OpFileWrite, TreeID: "t", NodeID: "n1", Path: "/tmp/x", Mode: 0o750},
-		{Op: api.OpFileMkdir, TreeID: "t", NodeID: "n1", Path: "d/e", Mode: 0o700, Parents: true},
+		{Op: api.OpFileMkdir, TreeID: "t", NodeID: "n1", Path: "d/e"},
 		{Op: api.OpFileRemove, TreeID: "t", NodeID: "n1", Path: "d", Recursive: true},
 		{Op: api.OpFileList, TreeID: "t", NodeID: "n1", Path: ""},
 		{Op: api.OpExecLogs, TreeID: "t", NodeID: "n1", ProcessID: "p7", Follow: true},

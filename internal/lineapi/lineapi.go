@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -433,6 +434,9 @@ func (s *Server) record(ctx context.Context, req api.Request, code string, start
 	if e.Node == "" {
 		e.Node = req.SourceID
 	}
+	if strings.HasPrefix(req.Op, "file_") {
+		e.File = req.Path
+	}
 	if code != metrics.CodeOK {
 		e.Code = code
 	}
@@ -515,7 +519,7 @@ func (c *conn) watch(ctx context.Context, req api.Request, start time.Time) bool
 func (c *conn) exec(ctx context.Context, req api.Request, start time.Time) bool {
 	x, ok := c.s.cfg.Handler.(Execer)
 	if !ok {
-		c.s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, api.CodeNotSupported, time.Since(start))
+		c.s.record(ctx, req, api.CodeNotSupported, start)
 		return c.reply(errorResponse(api.Errorf(api.ErrNotSupported, "tree_exec: not served here"))) == nil
 	}
 	var werr error
@@ -534,6 +538,7 @@ func (c *conn) exec(ctx context.Context, req api.Request, start time.Time) bool 
 		// may never reach EOF (a terminal).
 		ix, ok := x.(InputExecer)
 		if !ok {
+			c.s.record(ctx, req, api.CodeNotSupported, start)
 			return c.reply(errorResponse(api.Errorf(api.ErrNotSupported, "tree_exec: input not served here"))) == nil
 		}
 		ctx, cancel := context.WithCancel(ctx)
@@ -579,6 +584,10 @@ func (c *conn) finishExec(ctx context.Context, req api.Request, exit api.ExecExi
 		code = resp.Code
 	}
 	c.s.record(ctx, req, code, start)
+	if req.Input {
+		// The input reader owns br: no peek for pipelined requests.
+		return c.write(resp) == nil && c.flush() == nil
+	}
 	return c.reply(resp) == nil
 }
 

@@ -159,8 +159,10 @@ func (c *conn) fileWrite(ctx context.Context, f Filer, req api.Request, start ti
 		resp := errorResponse(err)
 		c.s.record(ctx, req, resp.Code, start)
 		if in.err != nil || !in.drain() {
-			c.reply(resp)
-			return false
+			if c.write(resp) == nil {
+				c.flush()
+			}
+			return false // what follows is not a request line
 		}
 		return c.reply(resp) == nil
 	}
