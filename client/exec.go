@@ -122,18 +122,24 @@ func (c *Client) ExecInput(ctx context.Context, req api.Request, stdin io.Reader
 			}
 		}
 	}
-	err := c.stream(ctx, req, send, func(r api.Response) (bool, error) {
-		switch {
-		case r.Status == api.StatusExecOutput && r.Output != nil:
-			return false, out(*r.Output)
-		case r.Status == api.StatusExecExit && r.Exit != nil:
-			x = r.Exit
-			return true, nil
-		}
-		return false, fmt.Errorf("arbor client: tree_exec: %w: unexpected reply %q", api.ErrInternal, r.Status)
-	})
-	if err != nil {
+	if err := c.stream(ctx, req, send, outputLines(req.Op, api.StatusExecExit, out, &x)); err != nil {
 		return api.ExecExit{}, err
 	}
 	return *x, nil
+}
+
+// outputLines reads the lines of an output stream (tree_exec, exec_logs):
+// each output chunk goes to out; the line of status last ends it, its
+// exit (if any) in *x.
+func outputLines(op, last string, out func(api.ExecOutput) error, x **api.ExecExit) func(api.Response) (bool, error) {
+	return func(r api.Response) (bool, error) {
+		switch {
+		case r.Status == api.StatusExecOutput && r.Output != nil:
+			return false, out(*r.Output)
+		case r.Status == last && (r.Exit != nil || last != api.StatusExecExit):
+			*x = r.Exit
+			return true, nil
+		}
+		return false, fmt.Errorf("arbor client: %s: %w: unexpected reply %q", op, api.ErrInternal, r.Status)
+	}
 }

@@ -185,15 +185,6 @@ func (c *Client) Kill(ctx context.Context, treeID, nodeID, id string) error {
 func (c *Client) Logs(ctx context.Context, treeID, nodeID, id string, follow bool, out func(api.ExecOutput) error) (*api.ExecExit, error) {
 	var x *api.ExecExit
 	req := api.Request{Op: api.OpExecLogs, TreeID: treeID, NodeID: nodeID, ProcessID: id, Follow: follow}
-	err := c.stream(ctx, req, nil, func(r api.Response) (bool, error) {
-		switch {
-		case r.Status == api.StatusExecOutput && r.Output != nil:
-			return false, out(*r.Output)
-		case r.Status == api.OpExecLogs:
-			x = r.Exit
-			return true, nil
-		}
-		return false, fmt.Errorf("arbor client: exec_logs: %w: unexpected reply %q", api.ErrInternal, r.Status)
-	})
+	err := c.stream(ctx, req, nil, outputLines(req.Op, api.OpExecLogs, out, &x))
 	return x, err
 }

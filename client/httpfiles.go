@@ -91,17 +91,7 @@ func (c *HTTPClient) WriteFile(ctx context.Context, treeID, nodeID, path string,
 func (c *HTTPClient) Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error) {
 	req.Op = api.OpTreeExec
 	var x *api.ExecExit
-	err := c.lines(ctx, req, func(r api.Response) (bool, error) {
-		switch {
-		case r.Status == api.StatusExecOutput && r.Output != nil:
-			return false, out(*r.Output)
-		case r.Status == api.StatusExecExit && r.Exit != nil:
-			x = r.Exit
-			return true, nil
-		}
-		return false, fmt.Errorf("arbor client: tree_exec: %w: unexpected reply %q", api.ErrInternal, r.Status)
-	})
-	if err != nil {
+	if err := c.lines(ctx, req, outputLines(req.Op, api.StatusExecExit, out, &x)); err != nil {
 		return api.ExecExit{}, err
 	}
 	return *x, nil
@@ -189,15 +179,6 @@ func (c *HTTPClient) lines(ctx context.Context, req api.Request, each func(api.R
 func (c *HTTPClient) Logs(ctx context.Context, treeID, nodeID, id string, follow bool, out func(api.ExecOutput) error) (*api.ExecExit, error) {
 	var x *api.ExecExit
 	req := api.Request{Op: api.OpExecLogs, TreeID: treeID, NodeID: nodeID, ProcessID: id, Follow: follow}
-	err := c.lines(ctx, req, func(r api.Response) (bool, error) {
-		switch {
-		case r.Status == api.StatusExecOutput && r.Output != nil:
-			return false, out(*r.Output)
-		case r.Status == api.OpExecLogs:
-			x = r.Exit
-			return true, nil
-		}
-		return false, fmt.Errorf("arbor client: exec_logs: %w: unexpected reply %q", api.ErrInternal, r.Status)
-	})
+	err := c.lines(ctx, req, outputLines(req.Op, api.OpExecLogs, out, &x))
 	return x, err
 }

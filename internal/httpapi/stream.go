@@ -108,6 +108,25 @@ func (l *lines) send(resp api.Response) error {
 	return l.rc.Flush()
 }
 
+// begin starts serving a streamed verb v: its request, and the Handler as
+// the H that serves it. On failure (a bad request, a Handler without H) it
+// has answered, and ok is false.
+func begin[H any](s *Server, w http.ResponseWriter, r *http.Request, v api.Verb) (req api.Request, h H, start time.Time, ok bool) {
+	start = time.Now()
+	req, err := s.request(r, v)
+	setOp(w, req.Op)
+	if err == nil {
+		if h, ok = any(s.cfg.Handler).(H); !ok {
+			err = api.Errorf(api.ErrNotSupported, "%s: not served here", v.Op)
+		}
+	}
+	if err != nil {
+		s.fail(w, req.Op, err, start)
+		return req, h, start, false
+	}
+	return req, h, start, true
+}
+
 // exec serves POST .../exec: a background process (detach) answers at
 // once; otherwise the command's output streams (NDJSON or SSE) or is
 // collected into one reply (api.ExecResult).
@@ -188,15 +207,8 @@ func (s *Server) callExec(ctx context.Context, x Execer, req api.Request, out fu
 // one exec_logs line with the exit once the process ended.
 func (s *Server) logs(v api.Verb) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		req, err := s.request(r, v)
-		setOp(w, req.Op)
-		lg, ok := s.cfg.Handler.(Logger)
-		if err == nil && !ok {
-			err = api.Errorf(api.ErrNotSupported, "exec_logs: not served here")
-		}
-		if err != nil {
-			s.fail(w, req.Op, err, start)
+		req, lg, start, ok := begin[Logger](s, w, r, v)
+		if !ok {
 			return
 		}
 		form := streamForm(r)
@@ -222,15 +234,8 @@ const (
 // streamed.
 func (s *Server) fileRead(v api.Verb) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		req, err := s.request(r, v)
-		setOp(w, req.Op)
-		f, ok := s.cfg.Handler.(Filer)
-		if err == nil && !ok {
-			err = api.Errorf(api.ErrNotSupported, "file_read: not served here")
-		}
-		if err != nil {
-			s.fail(w, req.Op, err, start)
+		req, f, start, ok := begin[Filer](s, w, r, v)
+		if !ok {
 			return
 		}
 		rc, fi, err := f.OpenFile(access.WithCred(r.Context(), s.self), req)
@@ -277,17 +282,11 @@ func (s *Server) fileRead(v api.Verb) http.Handler {
 // the file's new content (written atomically).
 func (s *Server) fileWrite(v api.Verb) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		req, err := s.request(r, v)
-		setOp(w, req.Op)
-		f, ok := s.cfg.Handler.(Filer)
-		if err == nil && !ok {
-			err = api.Errorf(api.ErrNotSupported, "file_write: not served here")
+		req, f, start, ok := begin[Filer](s, w, r, v)
+		if !ok {
+			return
 		}
-		var fi api.FileInfo
-		if err == nil {
-			fi, err = f.WriteFile(access.WithCred(r.Context(), s.self), req, r.Body)
-		}
+		fi, err := f.WriteFile(access.WithCred(r.Context(), s.self), req, r.Body)
 		if err != nil {
 			s.fail(w, req.Op, err, start)
 			return

@@ -3,6 +3,7 @@ package jailbackend
 import (
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -151,15 +152,9 @@ func (b *backend) Spawn(ctx context.Context, id string, cmd engine.Command) (api
 	}
 	bp := &bgProc{changed: make(chan struct{})}
 	start := time.Now()
-	p, err := sb.Start(jail.ExecSpec{
-		Argv:    cmd.Argv,
-		Env:     environ(cmd.Env),
-		Cwd:     filepath.Join("/workspace", cmd.Cwd),
-		Timeout: cmd.Timeout,
-		Stdin:   cmd.Stdin,
-		Stdout:  writer(func(d []byte) (int, error) { bp.write("stdout", d); return len(d), nil }),
-		Stderr:  writer(func(d []byte) (int, error) { bp.write("stderr", d); return len(d), nil }),
-	})
+	p, err := sb.Start(execSpec(cmd,
+		writer(func(d []byte) (int, error) { bp.write("stdout", d); return len(d), nil }),
+		writer(func(d []byte) (int, error) { bp.write("stderr", d); return len(d), nil })))
 	if err != nil {
 		return api.Process{}, fmt.Errorf("jail backend: spawn on %s: %w", id, err)
 	}
@@ -187,6 +182,12 @@ func (b *backend) Spawn(ctx context.Context, id string, cmd engine.Command) (api
 		bp.ended(exitOf(st, start))
 	})
 	return bp.snapshot(), nil
+}
+
+// execSpec is how the sandbox runs cmd, its output to stdout and stderr.
+func execSpec(cmd engine.Command, stdout, stderr io.Writer) jail.ExecSpec {
+	return jail.ExecSpec{Argv: cmd.Argv, Env: environ(cmd.Env), Cwd: filepath.Join("/workspace", cmd.Cwd), Timeout: cmd.Timeout,
+		Stdin: cmd.Stdin, Stdout: stdout, Stderr: stderr, TTY: cmd.TTY, Rows: cmd.Rows, Cols: cmd.Cols}
 }
 
 // live checks that node id is live and cmd runnable there, and returns its sandbox.

@@ -396,18 +396,7 @@ func (b *backend) Exec(ctx context.Context, id string, cmd engine.Command, out f
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := &streams{out: out, cancel: cancel}
-	p, err := sb.Start(jail.ExecSpec{
-		Argv:    cmd.Argv,
-		Env:     environ(cmd.Env),
-		Cwd:     filepath.Join("/workspace", cmd.Cwd),
-		Timeout: cmd.Timeout,
-		Stdin:   cmd.Stdin,
-		Stdout:  w.to("stdout"),
-		Stderr:  w.to("stderr"),
-		TTY:     cmd.TTY,
-		Rows:    cmd.Rows,
-		Cols:    cmd.Cols,
-	})
+	p, err := sb.Start(execSpec(cmd, w.to("stdout"), w.to("stderr")))
 	if err != nil {
 		return api.ExecExit{}, fmt.Errorf("jail backend: exec on %s: %w", id, err)
 	}

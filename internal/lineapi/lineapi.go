@@ -523,12 +523,7 @@ func (c *conn) exec(ctx context.Context, req api.Request, start time.Time) bool 
 		return c.reply(errorResponse(api.Errorf(api.ErrNotSupported, "tree_exec: not served here"))) == nil
 	}
 	var werr error
-	out := func(o api.ExecOutput) error {
-		if werr = c.write(api.Response{Status: api.StatusExecOutput, Output: &o}); werr == nil {
-			werr = c.flush()
-		}
-		return werr
-	}
+	out := c.output(&werr)
 	var exit api.ExecExit
 	var err error
 	if req.Input {

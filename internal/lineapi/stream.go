@@ -184,13 +184,7 @@ func (c *conn) logs(ctx context.Context, req api.Request, start time.Time) bool 
 		return c.reply(errorResponse(api.Errorf(api.ErrNotSupported, "exec_logs: not served here"))) == nil
 	}
 	var werr error
-	out := func(o api.ExecOutput) error {
-		if werr = c.write(api.Response{Status: api.StatusExecOutput, Output: &o}); werr == nil {
-			werr = c.flush()
-		}
-		return werr
-	}
-	x, err := l.Logs(ctx, req, out)
+	x, err := l.Logs(ctx, req, c.output(&werr))
 	if werr != nil {
 		return false
 	}
@@ -201,6 +195,17 @@ func (c *conn) logs(ctx context.Context, req api.Request, start time.Time) bool 
 	}
 	c.s.record(ctx, req, metrics.CodeOK, start)
 	return c.reply(api.Response{Status: api.OpExecLogs, TreeID: req.TreeID, NodeID: req.NodeID, ProcessID: req.ProcessID, Exit: x}) == nil
+}
+
+// output writes each chunk of a command's output as a line, flushed; the
+// first write error is kept in *werr (the client went: the command ends).
+func (c *conn) output(werr *error) func(api.ExecOutput) error {
+	return func(o api.ExecOutput) error {
+		if *werr = c.write(api.Response{Status: api.StatusExecOutput, Output: &o}); *werr == nil {
+			*werr = c.flush()
+		}
+		return *werr
+	}
 }
 
 var errNoInput = fmt.Errorf("%w: this op takes no input lines", api.ErrBadRequest)
