@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -125,4 +126,37 @@ func TestExecForms(t *testing.T) {
 		t.Fatal("the command did not end when its client went")
 	}
 	t.Logf("a stalled stream held the command at %d chunks of 64 KiB", n2)
+}
+
+// TestFileWriteNotJSON: a PUT of a file with a JSON body type is refused
+// (an envelope would be written as the file), before the Handler.
+func TestFileWriteNotJSON(t *testing.T) {
+	f := &writer{}
+	base := serve(t, f, httpapi.Config{})
+	req, _ := http.NewRequestWithContext(t.Context(), "PUT", base+"/v1/trees/t/nodes/n1/files/a.txt", strings.NewReader(`{"data_b64":"eA=="}`))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest || f.called {
+		t.Errorf("PUT with a JSON body: HTTP %d (written: %v), want 400", res.StatusCode, f.called)
+	}
+}
+
+// writer is a Filer that records whether it was asked to write.
+type writer struct {
+	chatty
+	called bool
+}
+
+func (w *writer) OpenFile(ctx context.Context, req api.Request) (io.ReadCloser, api.FileInfo, error) {
+	return nil, api.FileInfo{}, api.Errorf(api.ErrNotFound, "no files")
+}
+
+func (w *writer) WriteFile(ctx context.Context, req api.Request, r io.Reader) (api.FileInfo, error) {
+	w.called = true
+	return api.FileInfo{}, nil
 }

@@ -286,6 +286,12 @@ func (s *Server) fileWrite(v api.Verb) http.Handler {
 		if !ok {
 			return
 		}
+		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" {
+			// A JSON envelope ({"data_b64": ...}) would be written as the
+			// file's content: refuse it rather than corrupt the file.
+			s.fail(w, req.Op, api.Errorf(api.ErrBadRequest, "file_write: the body is the file's raw bytes (Content-Type application/octet-stream), not JSON"), start)
+			return
+		}
 		fi, err := f.WriteFile(access.WithCred(r.Context(), s.self), req, r.Body)
 		if err != nil {
 			s.fail(w, req.Op, err, start)
