@@ -3,6 +3,7 @@ package lineapi
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,6 +45,9 @@ func (c *conn) readInput() (api.Input, error) {
 			return api.Input{}, err
 		}
 	}
+	if d, ok := inputData(line); ok {
+		return api.Input{Data: d}, nil
+	}
 	var in api.Input
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
@@ -51,6 +55,26 @@ func (c *conn) readInput() (api.Input, error) {
 		return api.Input{}, api.Errorf(api.ErrBadRequest, "invalid input line: %s", jsonProblem(derr))
 	}
 	return in, nil
+}
+
+// inputPrefix begins a data line as the Go client writes it.
+var inputPrefix = []byte(`{"data":"`)
+
+// inputData decodes a {"data":BASE64} line without the JSON decoder, whose
+// scanning of half a megabyte of base64 costs more than the bytes' copy;
+// ok false leaves any other line to it.
+func inputData(line []byte) (data []byte, ok bool) {
+	line = bytes.TrimRight(line, "\r\n ")
+	if !bytes.HasPrefix(line, inputPrefix) || !bytes.HasSuffix(line, []byte(`"}`)) {
+		return nil, false
+	}
+	enc := line[len(inputPrefix) : len(line)-2]
+	data = make([]byte, base64.StdEncoding.DecodedLen(len(enc)))
+	n, err := base64.StdEncoding.Decode(data, enc)
+	if err != nil {
+		return nil, false
+	}
+	return data[:n], true
 }
 
 // inputReader is the data of the input lines that follow a request, up to
