@@ -60,7 +60,6 @@ import (
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/jail"
-	"golang.org/x/sys/unix"
 )
 
 // Name is the backend's name at tree_create.
@@ -129,6 +128,8 @@ type backend struct {
 	// suspended one.
 	nodes  map[string]*jail.Sandbox
 	closed bool
+
+	bg bgProcs // background processes (faces.go)
 }
 
 func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Backend, err error) {
@@ -205,6 +206,7 @@ func (b *backend) drop(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.nodes, id)
+	b.dropProcs(id)
 }
 
 func (b *backend) checkOpen(verb string) error {
@@ -221,7 +223,7 @@ func (b *backend) tmpDir(id string) (string, error) {
 	if err := jail.CheckName(id); err != nil {
 		return "", err
 	}
-	p := filepath.Join(b.tmp, id)
+	p := b.nodeTmp(id)
 	if err := os.Mkdir(p, 0o1777); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("%w: node %s's /tmp: %w", api.ErrInternal, id, err)
 	}
@@ -261,7 +263,7 @@ func (b *backend) Start(ctx context.Context, id, path string) error {
 		return api.Errorf(api.ErrExists, "jail backend: start %s: already held", id)
 	}
 	if err := b.run(ctx, id, path); err != nil {
-		os.Remove(filepath.Join(b.tmp, id)) // the /tmp just made, if empty
+		os.Remove(b.nodeTmp(id)) // the /tmp just made, if empty
 		return fmt.Errorf("jail backend: start %s: %w", id, err)
 	}
 	return nil
@@ -378,7 +380,7 @@ func (b *backend) stop(ctx context.Context, id string) error {
 			return fmt.Errorf("jail backend: stop %s: %w", id, err)
 		}
 	}
-	if err := os.RemoveAll(filepath.Join(b.tmp, id)); err != nil {
+	if err := os.RemoveAll(b.nodeTmp(id)); err != nil {
 		return fmt.Errorf("jail backend: stop %s: remove its /tmp: %w: %w", id, api.ErrInternal, err)
 	}
 	b.drop(id)
@@ -387,37 +389,26 @@ func (b *backend) stop(ctx context.Context, id string) error {
 
 func (b *backend) Exec(ctx context.Context, id string, cmd engine.Command, out func(api.ExecOutput) error) (api.ExecExit, error) {
 	start := time.Now()
-	sb, ok := b.get(id)
-	switch {
-	case !ok:
-		return api.ExecExit{}, api.Errorf(api.ErrNotFound, "jail backend: exec on %s: not held", id)
-	case sb == nil:
-		return api.ExecExit{}, api.Errorf(api.ErrState, "jail backend: exec on %s: suspended", id)
-	case len(cmd.Argv) == 0:
-		return api.ExecExit{}, api.Errorf(api.ErrBadRequest, "jail backend: exec on %s: no command", id)
-	case cmd.Cwd != "" && !filepath.IsLocal(cmd.Cwd):
-		return api.ExecExit{}, api.Errorf(api.ErrBadRequest, "jail backend: exec on %s: cwd %q is not a path inside the node", id, cmd.Cwd)
+	sb, err := b.live("exec on", id, cmd)
+	if err != nil {
+		return api.ExecExit{}, err
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := &streams{out: out, cancel: cancel}
-	p, err := sb.Start(jail.ExecSpec{
-		Argv:    cmd.Argv,
-		Env:     environ(cmd.Env),
-		Cwd:     filepath.Join("/workspace", cmd.Cwd),
-		Timeout: cmd.Timeout,
-		Stdin:   cmd.Stdin,
-		Stdout:  w.to("stdout"),
-		Stderr:  w.to("stderr"),
-	})
+	p, err := sb.Start(execSpec(cmd, w.to("stdout"), w.to("stderr")))
 	if err != nil {
 		return api.ExecExit{}, fmt.Errorf("jail backend: exec on %s: %w", id, err)
 	}
-	st, err := p.Wait(cctx)
-	x := api.ExecExit{ExitCode: st.Code, DurationNS: max(time.Since(start).Nanoseconds(), 1)}
-	if st.Signal != 0 {
-		x.ExitCode, x.Signal = -1, strings.TrimPrefix(unix.SignalName(st.Signal), "SIG")
+	if cmd.TTY && cmd.Resize != nil {
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() { resizer(p, cmd.Resize, done) })
+		defer wg.Wait()
+		defer close(done)
 	}
+	st, err := p.Wait(cctx)
+	x := exitOf(st, start)
 	if oerr := w.failed(); oerr != nil {
 		return x, fmt.Errorf("jail backend: exec output: %w", oerr)
 	}
@@ -528,7 +519,9 @@ func (b *backend) Close() error {
 		b.nodes[id] = nil
 	}
 	b.mu.Unlock()
-	if err := b.m.Close(); err != nil {
+	err := b.m.Close()
+	b.bg.wg.Wait() // every background process ended with its sandbox
+	if err != nil {
 		return fmt.Errorf("jail backend: close: %w", err)
 	}
 	return nil
