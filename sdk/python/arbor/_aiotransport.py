@@ -11,12 +11,13 @@ streams), keep-alive connections reused from a small pool.
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections import deque
-from collections.abc import AsyncIterator
-from typing import Any, Generic, TypeVar
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from typing import Any, Generic, TypeVar, Union
 from urllib.parse import urlsplit
 
-from . import _wire
+from . import _verbs, _wire
 from ._transport import MAX_IDLE, MAX_REPLY, check
 from .errors import ArborError, ConnectionLost, DaemonUnavailable, LimitError, Timeout
 
@@ -240,6 +241,55 @@ class AsyncStream:
         await self.aclose()
 
 
+class AsyncFileStream:
+    """A file's bytes as they come (file_read), as an async iterator of chunks; ``info``
+    (the file's description) is set once the last chunk came."""
+
+    def __init__(self, chunks: Callable[[AsyncFileStream], AsyncIterator[bytes]],
+                 closer: Callable[[], None]) -> None:
+        self.info: dict[str, Any] | None = None
+        self._it = chunks(self)
+        self._closer = closer
+        self._closed = False
+
+    def __aiter__(self) -> AsyncFileStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self._it.__anext__()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._closer()
+
+    async def aclose(self) -> None:
+        self.close()
+
+    async def __aenter__(self) -> AsyncFileStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+#: What file_write's data may be given as to a transport: chunks, sync or async.
+Input = Union[Iterable[bytes], AsyncIterable[bytes]]
+
+
+async def _each(input: Input) -> AsyncIterator[bytes]:
+    if isinstance(input, AsyncIterable):
+        async for chunk in input:
+            yield chunk
+    else:
+        for chunk in input:
+            yield chunk
+
+
 _C = TypeVar("_C", _LineConn, _HTTPConn)
 
 
@@ -308,19 +358,27 @@ class AsyncSocketTransport:
     def _timeout(self, op: str, t: float | None) -> Timeout:
         return Timeout(f"{op}: no reply within {t}s", op=op)
 
-    async def call(self, req: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    async def call(self, req: dict[str, Any], timeout: float | None = None,
+                   input: Input | None = None) -> dict[str, Any]:
+        """One request and its reply; ``input`` is data sent after the request as input
+        lines (file_write), chunk by chunk, on a fresh connection (it cannot be sent twice)."""
         op = req["op"]
         t = self.timeout if timeout is None else timeout
         if self._pool.closed:
             raise ArborError("arbor client: closed", "closed")
         line = _wire.encode_line(req)
         for attempt in (0, 1):
-            c = self._pool.get()
+            c = self._pool.get() if input is None else None
             reused = c is not None
             c = c or await self._dial(t, op)
             try:
                 c.arm(t)
                 await c.send(line)
+                if input is not None:
+                    async for chunk in _each(input):
+                        c.arm(t)  # each chunk within the timeout, not the whole file
+                        await c.send(_verbs.input_line(chunk))
+                    await c.send(_verbs.INPUT_EOF)
                 reply = _wire.decode_line(await c.readline())
                 c.disarm()
             except _Expired as e:
@@ -362,6 +420,23 @@ class AsyncSocketTransport:
             while True:
                 yield _wire.decode_line(await c.readline())
         return AsyncStream(first, lines(), c)
+
+    async def read_file(self, req: dict[str, Any], timeout: float | None = None) -> AsyncFileStream:
+        """file_read: its "file_data" lines' chunks, then the last line's."""
+        s = await self.stream(req, timeout)
+
+        async def chunks(fs: AsyncFileStream) -> AsyncIterator[bytes]:
+            fl = _verbs.FileLines()
+            line: dict[str, Any] | None = s.first
+            while line is not None:
+                if data := fl.feed(line):
+                    yield data
+                if fl.info is not None:
+                    fs.info = fl.info
+                    return
+                line = await anext(s, None)
+            raise ConnectionLost(f"{req['op']}: the stream ended before the file's end", op=req["op"])
+        return AsyncFileStream(chunks, s.close)
 
     async def close(self) -> None:
         self._pool.drain()
@@ -429,10 +504,10 @@ class AsyncHTTPTransport:
         except OSError as e:
             raise DaemonUnavailable(f"connecting to arbord at {self.url}: {e}", op=op) from e
 
-    def _request(self, req: dict[str, Any], stream: bool) -> bytes:
+    def _request(self, req: dict[str, Any], stream: bool, chunked: bool = False) -> bytes:
         method, path, body = _wire.http_route(dict(req, stream=True) if stream else req)
         return _wire.http_request_bytes(method, self._hosthdr, self._prefix + path, self.token, body,
-                                        stream=stream)
+                                        stream=stream, chunked=chunked)
 
     @staticmethod
     def _reply(op: str, status: int, data: bytes) -> dict[str, Any]:
@@ -449,16 +524,34 @@ class AsyncHTTPTransport:
         status, headers = await _read_head(c.r)
         return status, headers, await _body(c.r, headers)
 
-    async def call(self, req: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    async def _upload(self, c: _HTTPConn, head: bytes, input: Input, t: float | None,
+                      op: str) -> tuple[int, dict[str, str], bytes]:
+        """A request with a chunked raw body (file_write), each chunk sent within t."""
+        c.w.write(head)
+        async for chunk in _each(input):
+            c.w.write(_wire.http_chunk(chunk))
+            await _within(c.w.drain(), t, op)
+        c.w.write(_wire.http_chunk(b""))
+        return await _within(self._exchange(c, b""), t, op)  # type: ignore[no-any-return]
+
+    async def call(self, req: dict[str, Any], timeout: float | None = None,
+                   input: Input | None = None) -> dict[str, Any]:
+        """One request and its reply; ``input`` is file_write's data, sent as the body in
+        chunks on a fresh connection (it cannot be sent twice)."""
         op = req["op"]
         t = self.timeout if timeout is None else timeout
-        data = self._request(req, False)
+        if input is None and op == "file_write":
+            input = _verbs.chunks(base64.b64decode(req.get("data_b64") or ""))
+        data = self._request(req, False, chunked=input is not None)
         for attempt in (0, 1):
-            c = self._pool.get()
+            c = self._pool.get() if input is None else None
             reused = c is not None
             c = c or await self._dial(t, op)
             try:
-                status, headers, body = await _within(self._exchange(c, data), t, op)
+                if input is not None:
+                    status, headers, body = await self._upload(c, data, input, t, op)
+                else:
+                    status, headers, body = await _within(self._exchange(c, data), t, op)
             except Timeout:
                 c.close()
                 raise
@@ -520,6 +613,35 @@ class AsyncHTTPTransport:
             c.close()
             raise
         return AsyncStream(first, it, c)
+
+    async def read_file(self, req: dict[str, Any], timeout: float | None = None) -> AsyncFileStream:
+        """file_read: GET .../files/{path}, whose body is the file (described in headers)."""
+        op = req["op"]
+        t = self.timeout if timeout is None else timeout
+        c = await self._dial(t, op)
+        try:
+            c.w.write(self._request(req, False))
+            await c.w.drain()
+            status, headers = await _within(_read_head(c.r), t, op)
+            if status >= 300:
+                self._reply(op, status, await _within(_body(c.r, headers), t, op))
+                raise ArborError(f"{op}: HTTP {status}", "internal", http_status=status, op=op)
+        except (OSError, EOFError, ValueError, asyncio.IncompleteReadError) as e:
+            c.close()
+            raise ConnectionLost(f"{op}: connection to arbord at {self.url} lost: {e}", op=op) from e
+        except BaseException:
+            c.close()
+            raise
+        info = _verbs.file_info(str(req.get("path") or ""), headers)
+
+        async def chunks(fs: AsyncFileStream) -> AsyncIterator[bytes]:
+            try:
+                async for data in _chunks(c.r, headers):
+                    yield data
+            except (OSError, EOFError, ValueError, asyncio.IncompleteReadError) as e:
+                raise ConnectionLost(f"{op}: the transfer was cut: {e}", op=op) from e
+            fs.info = info
+        return AsyncFileStream(chunks, c.close)
 
     async def close(self) -> None:
         self._pool.drain()

@@ -10,6 +10,7 @@ closed (the parent still owns those descriptors).
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
@@ -17,11 +18,11 @@ import select
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import _wire
+from . import _verbs, _wire
 from .errors import ArborError, ConnectionLost, DaemonUnavailable, LimitError, Timeout, from_reply
 
 #: Bound of one reply line (a tree_nodes of a very large tree), as the Go client's.
@@ -145,6 +146,38 @@ class Stream:
         self.close()
 
 
+class FileStream:
+    """A file's bytes as they come (file_read), as an iterator of chunks; ``info`` (the
+    file's description) is set once the last chunk came. Never holds the whole file."""
+
+    def __init__(self, chunks: Callable[[FileStream], Iterator[bytes]], closer: Callable[[], None]) -> None:
+        self.info: dict[str, Any] | None = None
+        self._it = chunks(self)
+        self._closer = closer
+        self._closed = False
+
+    def __iter__(self) -> FileStream:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._it)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._closer()
+
+    def __enter__(self) -> FileStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class _Pool:
     """Idle connections, dropped (not closed) after a fork."""
 
@@ -221,15 +254,22 @@ class SocketTransport:
             c.close()
         return self._dial(timeout), False
 
-    def call(self, req: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    def call(self, req: dict[str, Any], timeout: float | None = None,
+             input: Iterable[bytes] | None = None) -> dict[str, Any]:
+        """One request and its reply; ``input`` is data sent after the request as input
+        lines (file_write), chunk by chunk, on a fresh connection (it cannot be sent twice)."""
         op = req["op"]
         t = self.timeout if timeout is None else timeout
         line = _wire.encode_line(req)
         for attempt in (0, 1):
-            c, reused = self._get(t)
+            c, reused = self._get(t) if input is None else (self._dial(t), False)
             try:
                 c.set_timeout(t)
                 c.sock.sendall(line)
+                if input is not None:
+                    for chunk in input:
+                        c.sock.sendall(_verbs.input_line(chunk))
+                    c.sock.sendall(_verbs.INPUT_EOF)
                 reply = _wire.decode_line(c.readline())
             except (socket.timeout, BlockingIOError) as e:
                 c.close()
@@ -277,6 +317,23 @@ class SocketTransport:
             c.close()
         return Stream(first, lines(), closer)
 
+    def read_file(self, req: dict[str, Any], timeout: float | None = None) -> FileStream:
+        """file_read: its "file_data" lines' chunks, then the last line's."""
+        s = self.stream(req, timeout)
+
+        def chunks(fs: FileStream) -> Iterator[bytes]:
+            fl = _verbs.FileLines()
+            line: dict[str, Any] | None = s.first
+            while line is not None:
+                if data := fl.feed(line):
+                    yield data
+                if fl.info is not None:
+                    fs.info = fl.info
+                    return
+                line = next(s, None)
+            raise ConnectionLost(f"{req['op']}: the stream ended before the file's end", op=req["op"])
+        return FileStream(chunks, s.close)
+
     def close(self) -> None:
         for c in self._pool.drain():
             c.close()
@@ -322,13 +379,18 @@ class HTTPTransport:
         return h
 
     def _send(self, conn: http.client.HTTPConnection, req: dict[str, Any], timeout: float | None,
-              accept: str) -> http.client.HTTPResponse:
+              accept: str, raw: Iterable[bytes] | None = None) -> http.client.HTTPResponse:
         method, path, body = _wire.http_route(req)
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         conn.timeout = timeout
         if conn.sock is not None:
             conn.sock.settimeout(timeout)
-        conn.request(method, self._prefix + path, body=data, headers=self._headers(data, accept))
+        headers = self._headers(data, accept)
+        if raw is not None:  # file_write: the file's bytes as a chunked body
+            headers["Content-Type"] = "application/octet-stream"
+            conn.request(method, self._prefix + path, body=raw, headers=headers, encode_chunked=True)
+        else:
+            conn.request(method, self._prefix + path, body=data, headers=headers)
         return conn.getresponse()
 
     def _fail(self, op: str, e: BaseException, t: float | None) -> ArborError:
@@ -347,15 +409,20 @@ class HTTPTransport:
                              "internal", http_status=resp.status, op=op) from None
         return check(reply, op, resp.status)
 
-    def call(self, req: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    def call(self, req: dict[str, Any], timeout: float | None = None,
+             input: Iterable[bytes] | None = None) -> dict[str, Any]:
+        """One request and its reply; ``input`` is file_write's data, sent as the body in
+        chunks on a fresh connection (it cannot be sent twice)."""
         op = req["op"]
         t = self.timeout if timeout is None else timeout
+        if input is None and op == "file_write":
+            input = _verbs.chunks(base64.b64decode(req.get("data_b64") or ""))
         for attempt in (0, 1):
-            conn = self._idle_conn()
+            conn = self._idle_conn() if input is None else None
             reused = conn is not None
             conn = conn or self._new(t)
             try:
-                resp = self._send(conn, req, t, "application/json")
+                resp = self._send(conn, req, t, "application/json", input)
                 data = resp.read()
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
@@ -425,6 +492,33 @@ class HTTPTransport:
                     pass
             conn.close()
         return Stream(first, it, closer)
+
+    def read_file(self, req: dict[str, Any], timeout: float | None = None) -> FileStream:
+        """file_read: GET .../files/{path}, whose body is the file (described in headers)."""
+        op = req["op"]
+        t = self.timeout if timeout is None else timeout
+        conn = self._new(t)
+        try:
+            resp = self._send(conn, req, t, "application/octet-stream")
+            if resp.status >= 300:
+                self._reply(op, resp, resp.read())  # raises the error reply
+                raise ArborError(f"{op}: HTTP {resp.status}", "internal", http_status=resp.status, op=op)
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise self._fail(op, e, t) from e
+        except BaseException:
+            conn.close()
+            raise
+        info = _verbs.file_info(str(req.get("path") or ""), {k.lower(): v for k, v in resp.getheaders()})
+
+        def chunks(fs: FileStream) -> Iterator[bytes]:
+            try:
+                while data := resp.read1(1 << 20):
+                    yield data
+            except (OSError, http.client.HTTPException) as e:  # a transfer the daemon cut
+                raise self._fail(op, e, t) from e
+            fs.info = info
+        return FileStream(chunks, conn.close)
 
     def close(self) -> None:
         for c in self._pool.drain():

@@ -88,10 +88,6 @@ class AsyncVerbs:
         with self.assertRaises(arbor.NotSupportedError):
             async for _ in kid.exec_stream("true"):
                 pass
-        with self.assertRaises(arbor.NotSupportedError):
-            await kid.files.read("a.txt")
-        with self.assertRaises(arbor.NotSupportedError):
-            await kid.files.write("a.txt", "x")
 
     async def test_watch(self) -> None:
         async with await self.tree.watch() as w:
