@@ -5,11 +5,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
 import time
 import unittest
 
-from tests.daemon import D, jail_tree, read, setUpModule, tearDownModule  # noqa: F401
+from tests.daemon import SDK, D, jail_tree, read, setUpModule, tearDownModule  # noqa: F401
 
 import arbor
 from arbor.aio import AsyncClient
@@ -150,6 +153,29 @@ class Speculation(JailCase):
         self.assertEqual(o.winner.index, 1)
         self.assertEqual(read(self.base, "a.txt"), "fast\n")
         self.assertEqual([n.id for n in self.tree.nodes()], [self.tree.root.id])
+
+
+class Recipe(JailCase):
+    def test_tree_search_recipe(self) -> None:
+        """examples/tree-search on jail: the policies run through exec in each node's
+        sandbox and their state is read through the files verbs."""
+        report = os.path.join(D.tmp, "jail-report.json")
+        p = subprocess.run([sys.executable, os.path.join(SDK, "examples", "tree-search", "run.py"),
+                            "--backend", "jail", "--branches", "3", "--generations", "3", "--scale", "2",
+                            "--report", report], env=D.env(), capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("backend jail", p.stdout)
+        for gen in range(3):
+            self.assertRegex(p.stdout, rf"gen {gen}: fork +[\d.]+ ms  scores( +-?[\d.]+){{3}}  (forward|rollback)")
+        with open(report) as f:
+            r = json.load(f)
+        self.assertEqual((r["backend"], len(r["generations"])), ("jail", 3))
+        best = [g["best"] for g in r["generations"]]
+        self.assertEqual(best, sorted(best))
+        for g in r["generations"]:
+            self.assertLessEqual(g["live_nodes"], g["max_live_nodes"])
+            self.assertGreater(g["fork_daemon_ms"], 0)
+        self.assertNotIn("tree-search", " ".join(t.base for t in self.c.trees()))  # deleted after
 
 
 class AsyncExec(unittest.IsolatedAsyncioTestCase):
