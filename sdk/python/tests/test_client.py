@@ -411,8 +411,8 @@ class WireErrors(unittest.TestCase):
 
 
 class ExecWire(unittest.TestCase):
-    """Reading an exec reply (issue 11's shapes) into an ExecResult, without a daemon: the
-    dir backend has no processes, so these lines cannot come from a real one yet."""
+    """Reading exec replies into an ExecResult, without a daemon: the forms a real one sends
+    on jail are in tests/test_jail.py; these add the collected and signalled shapes."""
 
     def test_streaming_form(self) -> None:
         seen: list[bytes] = []

@@ -178,9 +178,13 @@ class Recipe(JailCase):
         self.assertNotIn("tree-search", " ".join(t.base for t in self.c.trees()))  # deleted after
 
 
-class AsyncExec(unittest.IsolatedAsyncioTestCase):
+class AsyncExec:
+    transport = "socket"
+
     async def test_parallel_execs(self) -> None:
-        async with AsyncClient(D.socket) as c:
+        assert isinstance(self, unittest.IsolatedAsyncioTestCase)
+        kw = {"url": D.url, "token": D.token} if self.transport == "http" else {"socket": D.socket}
+        async with AsyncClient(**kw) as c:  # type: ignore[arg-type]
             with D.client("socket") as sc:
                 tree = jail_tree(sc, D.base({"a.txt": "base\n"}))
             try:
@@ -191,10 +195,27 @@ class AsyncExec(unittest.IsolatedAsyncioTestCase):
                 got: list[bytes] = []
                 r = await kids[0].exec(["true"], on_stdout=got.append)
                 self.assertEqual((r.exit_code, got), (0, []))
-                chunks = [o.data async for o in kids[1].exec_stream("echo x; exit 2")]
-                self.assertEqual(chunks, [b"x\n"])
+                s = kids[1].exec_stream("echo x; exit 2", stdin="in")
+                self.assertEqual([o.data async for o in s], [b"x\n"])
+                self.assertEqual(s.result.exit_code, 2)
+                p = await kids[2].spawn(["sleep", "60"])
+                self.assertIn(p.id, [q.id for q in await kids[2].processes()])
+                await p.kill()
+                logs = p.logs(follow=True)
+                self.assertEqual([o async for o in logs], [])
+                self.assertTrue(logs.result.signal)
+                await kids[3].files.write("f", b"y" * 700_000)
+                self.assertEqual((await kids[3].exec(["wc", "-c", "f"])).stdout.split()[0], b"700000")
             finally:
                 await c.call("tree_delete", tree_id=tree.id)
+
+
+class SocketAsyncExec(AsyncExec, unittest.IsolatedAsyncioTestCase):
+    pass
+
+
+class HTTPAsyncExec(AsyncExec, unittest.IsolatedAsyncioTestCase):
+    transport = "http"
 
 
 if __name__ == "__main__":
