@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, Union
 
-from .errors import ArborError, BadRequestError
+from .errors import ArborError, BadRequestError, from_reply
 from .types import Budget, ExecResult, FileInfo, Output, ProcessInfo, wire_bytes
 
 Req = dict[str, Any]
@@ -93,7 +93,10 @@ class ExecCollector:
         self.ended = False
 
     def feed(self, line: Req) -> Output | None:
-        """Take one line; returns the output chunk it carried, if any."""
+        """Take one line; returns the output chunk it carried, if any. An error line (the
+        daemon's last, in place of the exit) raises its typed error."""
+        if line.get("status") == "error":
+            raise from_reply(line, op=str(line.get("op") or "tree_exec"))
         if line.get("process_id"):
             self.process_id = str(line["process_id"])
         if line.get("status") == "exec_logs":
@@ -204,6 +207,8 @@ class FileLines:
         self.info: dict[str, Any] | None = None
 
     def feed(self, line: Req) -> bytes:
+        if line.get("status") == "error":  # the daemon's last line, in place of the end
+            raise from_reply(line, op="file_read")
         if line.get("status") == "file_read":
             self.info = line.get("file") or {}
         elif line.get("status") != "file_data":

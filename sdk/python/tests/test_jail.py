@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -98,6 +99,15 @@ class Exec(JailCase):
         self.assertIn(b"sleep 61", a.exec(cmdlines).stdout)
         self.assertNotIn(b"sleep 61", b.exec(cmdlines).stdout)
         p.kill()
+
+    def test_abort_ends_a_running_exec(self) -> None:
+        """The daemon's error line ends the stream in place of the exit, as a typed error."""
+        k = self.tree.root.fork()
+        threading.Timer(0.5, k.abort).start()
+        t0 = time.monotonic()
+        with self.assertRaises(arbor.StateError):
+            k.exec("echo started; sleep 60", timeout=90)
+        self.assertLess(time.monotonic() - t0, 30)  # not the daemon's 2-minute idle timeout
 
     def test_stdin(self) -> None:
         k = self.tree.root.fork()
