@@ -9,7 +9,8 @@ the tests do, and prints medians:
   blocking and asyncio clients, interleaved round by round; the difference is what
   the SDK adds (each fork's children are aborted over yet another connection);
 - BestOfN of 8 attempts (each writes a file and scores itself) end to end: the
-  fork_batch, 8 parallel attempts, the commit of the best and 7 aborts.
+  fork_batch, 8 parallel attempts, the commit of the best and 7 aborts;
+- a 64 MiB file written and read back through the files verbs, over both transports.
 
     python3 sdk/python/bench.py [--rounds 2000]
 """
@@ -56,11 +57,35 @@ def timed(fn, n: int) -> list[float]:
     return out
 
 
+def files(d: Daemon, tree: arbor.Tree, mib: int) -> None:
+    """A file of mib MiB written (from a generator) and read back (chunk by chunk) through
+    the daemon's files verbs, over the socket and over HTTP: MB/s, median of 3."""
+    block = os.urandom(1 << 20)
+    kid = tree.root.fork()
+    for transport in ("socket", "http"):
+        c = d.client(transport)
+        node = c.tree(tree.id).node(kid.id)
+        w, r = [], []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            node.files.write("big", (block for _ in range(mib)))
+            w.append(mib * 1.048576 / (time.perf_counter() - t0))
+            t0 = time.perf_counter()
+            n = sum(len(ch) for ch in node.files.read_chunks("big"))
+            r.append(mib * 1.048576 / (time.perf_counter() - t0))
+            assert n == mib << 20
+        print(f"files {mib} MiB over {transport:6s}: write {statistics.median(w):6.0f} MB/s, "
+              f"read {statistics.median(r):6.0f} MB/s (median of 3)")
+        c.close()
+    kid.abort()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--bestofn", type=int, default=20)
+    ap.add_argument("--files-mib", type=int, default=64, help="0: skip the file transfers")
     a = ap.parse_args()
     d = Daemon()
     try:
@@ -159,6 +184,8 @@ def main() -> int:
             assert o.committed and o.winner.index == 7
         print(f"BestOfN(8) end to end: p50 {statistics.median(e2e) / 1e6:.2f} ms, "
               f"min {min(e2e) / 1e6:.2f} ms, max {max(e2e) / 1e6:.2f} ms over {a.bestofn} runs")
+        if a.files_mib:
+            files(d, tree, a.files_mib)
         aw.close()
         loop.run_until_complete(ac.close())
         loop.close()

@@ -69,15 +69,18 @@ class _LineConn:
             if chunk.find(b"\n") == len(chunk) - 1:
                 return chunk[:-1]
             self.buf += chunk
+        seen = 0  # the buffer's bytes already searched for the newline
         while True:
-            i = self.buf.find(b"\n")
+            i = self.buf.find(b"\n", seen)
             if i >= 0:
                 line = bytes(self.buf[:i])
                 del self.buf[:i + 1]
                 return line
             if len(self.buf) > MAX_REPLY:
                 raise ConnectionLost(f"reply longer than {MAX_REPLY} bytes")
-            chunk = self.sock.recv(65536)
+            seen = len(self.buf)
+            # A long line (a file's chunk, a large tree): bigger reads, fewer calls.
+            chunk = self.sock.recv(1 << 20)
             if not chunk:
                 raise EOFError("the daemon closed the connection")
             self.buf += chunk
