@@ -526,13 +526,19 @@ class AsyncHTTPTransport:
 
     async def _upload(self, c: _HTTPConn, head: bytes, input: Input, t: float | None,
                       op: str) -> tuple[int, dict[str, str], bytes]:
-        """A request with a chunked raw body (file_write), each chunk sent within t."""
+        """A request with a chunked raw body (file_write), sent once the server answered
+        "100 Continue" (a refusal comes instead, as the reply), each chunk within t."""
         c.w.write(head)
-        async for chunk in _each(input):
-            c.w.write(_wire.http_chunk(chunk))
-            await _within(c.w.drain(), t, op)
-        c.w.write(_wire.http_chunk(b""))
-        return await _within(self._exchange(c, b""), t, op)  # type: ignore[no-any-return]
+        status, headers = await _within(_read_head(c.r), t, op)
+        if status == 100:
+            async for chunk in _each(input):
+                c.w.write(_wire.http_chunk(chunk))
+                await _within(c.w.drain(), t, op)
+            c.w.write(_wire.http_chunk(b""))
+            status, headers = await _within(_read_head(c.r), t, op)
+        else:
+            headers["connection"] = "close"  # the body was not sent: the connection is done
+        return status, headers, await _within(_body(c.r, headers), t, op)
 
     async def call(self, req: dict[str, Any], timeout: float | None = None,
                    input: Input | None = None) -> dict[str, Any]:

@@ -342,6 +342,22 @@ class SocketTransport:
             c.close()
 
 
+def _continued(sock: socket.socket) -> bool:
+    """After a request's head with "Expect: 100-continue": True once the server's interim
+    "100 Continue" came (and was read), False if its final reply came instead (left unread
+    for http.client: the request was refused before its body)."""
+    head = sock.recv(12, socket.MSG_PEEK | socket.MSG_WAITALL)
+    if not head.startswith(b"HTTP/1.1 100"):
+        return False
+    seen = b""
+    while not seen.endswith(b"\r\n\r\n"):  # a few bytes, read one by one: never past them
+        b = sock.recv(1)
+        if not b:
+            raise EOFError("the server closed the connection")
+        seen += b
+    return True
+
+
 class HTTPTransport:
     """The /v1 REST face with a bearer token."""
 
@@ -382,16 +398,25 @@ class HTTPTransport:
         return h
 
     def _send(self, conn: http.client.HTTPConnection, req: dict[str, Any], timeout: float | None,
-              accept: str, raw: Iterable[bytes] | None = None) -> http.client.HTTPResponse:
+              accept: str, raw: bytes | Iterable[bytes] | None = None) -> http.client.HTTPResponse:
         method, path, body = _wire.http_route(req)
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         conn.timeout = timeout
         if conn.sock is not None:
             conn.sock.settimeout(timeout)
         headers = self._headers(data, accept)
-        if raw is not None:  # file_write: the file's bytes as a chunked body
+        if isinstance(raw, bytes):  # a small file_write: its bytes as the body
             headers["Content-Type"] = "application/octet-stream"
-            conn.request(method, self._prefix + path, body=raw, headers=headers, encode_chunked=True)
+            conn.request(method, self._prefix + path, body=raw, headers=headers)
+        elif raw is not None:  # file_write: the file's bytes as a chunked body, once the server
+            conn.putrequest(method, self._prefix + path)  # agreed (it refuses a bad one at once)
+            for k, v in {**headers, **_wire.UPLOAD_HEADERS}.items():
+                conn.putheader(k, v)
+            conn.endheaders()
+            if conn.sock is not None and _continued(conn.sock):
+                for chunk in raw:
+                    conn.send(_wire.http_chunk(chunk))
+                conn.send(_wire.http_chunk(b""))
         else:
             conn.request(method, self._prefix + path, body=data, headers=headers)
         return conn.getresponse()
@@ -418,14 +443,17 @@ class HTTPTransport:
         chunks on a fresh connection (it cannot be sent twice)."""
         op = req["op"]
         t = self.timeout if timeout is None else timeout
+        raw: bytes | Iterable[bytes] | None = input
         if input is None and op == "file_write":
-            input = _verbs.chunks(base64.b64decode(req.get("data_b64") or ""))
+            raw = base64.b64decode(req.get("data_b64") or "")
+            if len(raw) > _wire.SMALL_BODY:
+                raw = _verbs.chunks(raw)
         for attempt in (0, 1):
-            conn = self._idle_conn() if input is None else None
+            conn = self._idle_conn() if raw is None or isinstance(raw, bytes) else None
             reused = conn is not None
             conn = conn or self._new(t)
             try:
-                resp = self._send(conn, req, t, "application/json", input)
+                resp = self._send(conn, req, t, "application/json", raw)
                 data = resp.read()
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
@@ -434,8 +462,8 @@ class HTTPTransport:
                 if reused and attempt == 0 and op in _wire.READ_ONLY and not isinstance(e, socket.timeout):
                     continue
                 raise self._fail(op, e, t) from e
-            if resp.will_close:
-                conn.close()
+            if resp.will_close or not (raw is None or isinstance(raw, bytes)):
+                conn.close()  # (a streamed upload's connection: its body may not have been sent)
             else:
                 self._pool.put(conn, http.client.HTTPConnection.close)
             return self._reply(op, resp, data)

@@ -33,6 +33,15 @@ STREAMS = frozenset({"tree_watch", "tree_exec", "exec_logs", "file_read"})
 #: Ops whose HTTP body is the file's raw bytes (file_read's reply, file_write's request).
 RAW = frozenset({"file_read", "file_write"})
 
+#: A file_write body up to this size is sent whole; a larger one streams in chunks after
+#: the server's "100 Continue", so that a refusal (a missing node, a bad path) comes back
+#: as its reply rather than as a connection reset mid-body.
+SMALL_BODY = 64 << 10
+
+#: The head of a streamed file_write over HTTP.
+UPLOAD_HEADERS = {"Content-Type": "application/octet-stream", "Transfer-Encoding": "chunked",
+                  "Expect": "100-continue"}
+
 #: Node verbs served as POST /v1/trees/{t}/nodes/{n}/{verb} with no body.
 _NODE_VERBS = {
     "tree_commit": "commit", "tree_protect": "protect", "tree_unprotect": "unprotect",
@@ -167,7 +176,7 @@ def http_request_bytes(method: str, host: str, path: str, token: str | None,
     if token:
         lines.append(f"Authorization: Bearer {token}")
     if chunked:
-        lines += ["Content-Type: application/octet-stream", "Transfer-Encoding: chunked"]
+        lines += [f"{k}: {v}" for k, v in UPLOAD_HEADERS.items()]
     elif body is not None:
         lines += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
     elif method in ("POST", "PUT", "DELETE"):

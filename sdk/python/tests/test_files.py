@@ -93,6 +93,19 @@ class FilesCase:
             kid.files.download("missing", local)
         self.assertEqual(open(local, "rb").read(), data)  # a failed download leaves it alone
 
+    def test_refused_upload_is_its_error(self) -> None:
+        """A large write the daemon refuses at once (no such node) raises the refusal, not a
+        connection reset mid-body, and the client goes on."""
+        assert isinstance(self, unittest.TestCase)
+        data = pattern(8 * MiB)
+        with self.assertRaises(arbor.NotFoundError):
+            self.tree.node("n999").files.write("x", data)
+        with self.assertRaises(arbor.NotFoundError):
+            self.tree.node("n999").files.write("x", iter([data]))
+        self.assertEqual(self.c.ping(), arbor.__version__)
+        kid = self.tree.root.fork()
+        self.assertEqual(kid.files.write("x", data).size, len(data))
+
     def test_write_streams_from_a_generator(self) -> None:
         """24 MiB written from a generator and read back chunk by chunk, with at most a
         few chunks held at once on this side."""
@@ -179,6 +192,10 @@ class AsyncFiles:
                 await f.remove("x", recursive=True)
                 with self.assertRaises(arbor.NotFoundError):
                     await f.read("x/y")
+                big = pattern(8 * MiB)
+                with self.assertRaises(arbor.NotFoundError):  # refused at once, not a reset
+                    await tree.node("n999").files.write("x", big)
+                self.assertEqual(await c.ping(), arbor.__version__)
             finally:
                 await tree.delete()
 
