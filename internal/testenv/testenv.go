@@ -5,13 +5,15 @@
 //
 // ARBOR_TEST_REQUIRE is "all" (every capability; scripts/test.sh sets it)
 // or a comma-separated list of capability names: root, fuse, tmpfs,
-// python3, fuse-overlayfs, overlayfs, chromium, cgroup. Unset or empty, every missing
+// python3, fuse-overlayfs, overlayfs, chromium, cgroup, mmdebstrap,
+// pasta. Unset or empty, every missing
 // capability skips.
 package testenv
 
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -31,7 +33,18 @@ const (
 	// Cgroup: a cgroup hierarchy this process can create cgroups in
 	// (cgroup2, or a v1 freezer), for process sandboxes.
 	Cgroup = "cgroup"
+	// Mmdebstrap builds root filesystem images (internal/image); Pasta
+	// gives sandboxes outbound network (passt's pasta).
+	Mmdebstrap = "mmdebstrap"
+	Pasta      = "pasta"
 )
+
+// ImageCache is the image store tests that build images share, across
+// packages and runs on one machine (images are cached by the hash of
+// their inputs, so sharing is safe): a test run builds its images once.
+func ImageCache() string {
+	return filepath.Join(os.TempDir(), "arbor-test-images")
+}
 
 // Required reports whether ARBOR_TEST_REQUIRE names capability (or is
 // "all").
@@ -93,5 +106,5 @@ func NeedCommand(t testing.TB, capability, program string) {
 
 // Names lists the capabilities ARBOR_TEST_REQUIRE may name.
 func Names() []string {
-	return slices.Clone([]string{Root, FUSE, Tmpfs, Python, FuseOverlayfs, Overlayfs, Chromium, Cgroup})
+	return slices.Clone([]string{Root, FUSE, Tmpfs, Python, FuseOverlayfs, Overlayfs, Chromium, Cgroup, Mmdebstrap, Pasta})
 }
