@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -40,6 +41,15 @@ type Config struct {
 	// symlinks); missing ones are skipped. Default: /usr, /bin, /sbin,
 	// /lib, /lib32, /lib64, /libx32, /etc.
 	HostDirs []string
+	// Root, if set, is an image's root filesystem (a host directory): the
+	// sandbox's root binds its top-level entries read-only (symlinks
+	// copied as symlinks) instead of the host's HostDirs, which must then
+	// be unset. /workspace, /tmp, /proc, /dev and /sys are the sandbox's
+	// own whatever the image holds there.
+	Root string
+	// Pasta is the program that gives a sandbox outbound network
+	// (Spec.Outbound); default "pasta" on PATH.
+	Pasta string
 	// Spares is how many inits are kept started ahead of need, so that
 	// Start skips the runtime's start and the cgroups' creation (see
 	// spare). Default 1; negative means none.
@@ -95,6 +105,13 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Binary == "" {
 		cfg.Binary = "/proc/self/exe"
+	}
+	if cfg.Root != "" {
+		dirs, err := imageDirs(cfg.Root, cfg.HostDirs)
+		if err != nil {
+			return nil, err
+		}
+		cfg.HostDirs = dirs
 	}
 	if cfg.HostDirs == nil {
 		cfg.HostDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
@@ -163,6 +180,9 @@ type Spec struct {
 	// controllers the host has. PidsMax counts tasks (threads), init's
 	// included: init is a Go program with a handful of threads.
 	MemoryMax, PidsMax int64
+	// Outbound gives the sandbox outbound network through pasta (see
+	// network.go); otherwise it has loopback only.
+	Outbound bool
 }
 
 // Start starts a sandbox: its init runs in new PID, mount, UTS, IPC and
@@ -416,7 +436,7 @@ func (m *Manager) spawn(rel string) (_ *spare, err error) {
 	if err := g.attachV1(cmd.Process.Pid); err != nil {
 		return nil, fmt.Errorf("attach init to v1 cgroups: %w", err)
 	}
-	if err := send(sp.sock, &msg{Op: opPrepare, Setup: &setup{Mountpoint: m.mnt, HostDirs: m.cfg.HostDirs}}); err != nil {
+	if err := send(sp.sock, &msg{Op: opPrepare, Setup: &setup{Mountpoint: m.mnt, RootDir: m.cfg.Root, HostDirs: m.cfg.HostDirs}}); err != nil {
 		return nil, fmt.Errorf("send prepare: %w", err)
 	}
 	// A spare is ready when its runtime has started and its skeleton is
@@ -605,6 +625,11 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 	if err != nil {
 		return err
 	}
+	if spec.Outbound {
+		if s.net, err = s.startNetwork(); err != nil {
+			return fmt.Errorf("outbound network: %w", err)
+		}
+	}
 	s.readerDone = make(chan struct{})
 	go s.read()
 	return nil
@@ -623,6 +648,38 @@ func (h *hierarchy) removeEmpty(rel string) {
 	for _, d := range dirs {
 		unix.Rmdir(d)
 	}
+}
+
+// ownDirs are the sandbox's own top-level directories: never bound from
+// an image.
+var ownDirs = []string{"workspace", "tmp", "proc", "dev", "sys"}
+
+// imageDirs lists the top-level entries of an image's root that a
+// sandbox binds: every directory and symlink but the sandbox's own.
+func imageDirs(root string, hostDirs []string) ([]string, error) {
+	if hostDirs != nil {
+		return nil, fmt.Errorf("jail: %w: Root and HostDirs are exclusive", api.ErrBadRequest)
+	}
+	if !filepath.IsAbs(root) {
+		return nil, fmt.Errorf("jail: %w: Root %q must be an absolute path", api.ErrBadRequest, root)
+	}
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("jail: %w: image root: %w", api.ErrBadRequest, err)
+	}
+	dirs := []string{}
+	for _, e := range ents {
+		if slices.Contains(ownDirs, e.Name()) {
+			continue
+		}
+		if e.IsDir() || e.Type()&os.ModeSymlink != 0 {
+			dirs = append(dirs, "/"+e.Name())
+		}
+	}
+	if len(dirs) == 0 {
+		return nil, fmt.Errorf("jail: %w: image root %s is empty", api.ErrBadRequest, root)
+	}
+	return dirs, nil
 }
 
 // Label is the manager's label.
