@@ -32,6 +32,14 @@
 //   - One spare init per tree (jail.Config.Spares) is kept started ahead
 //     of need, so a tree's first start skips the init's cold start.
 //
+// # Images and network
+//
+// A tree that names an image (engine.BackendConfig.Image) runs its
+// sandboxes on that image's root (Config.Image resolves the name when
+// the tree opens; jail.Config.Root), else on the host's. A tree with
+// network "outbound" gives each sandbox a pasta of its own
+// (jail.Spec.Outbound); otherwise sandboxes have loopback only.
+//
 // # Fork
 //
 // Fork freezes the source (its cgroup's freezer), runs the files' fork and
@@ -87,6 +95,12 @@ type Config struct {
 	// Binary is jail.Config.Binary (default /proc/self/exe, which must
 	// call jail.Main first).
 	Binary string
+	// Image returns the root filesystem (a host directory) of the image
+	// a tree names (engine.BackendConfig.Image), or an error wrapping
+	// api.ErrNotFound; nil serves no images.
+	Image func(name string) (root string, err error)
+	// Pasta is jail.Config.Pasta, for trees with outbound network.
+	Pasta string
 }
 
 // Available says whether this process can run sandboxes: nil, or why not
@@ -118,6 +132,8 @@ func Open(cfg Config) engine.OpenBackend {
 type backend struct {
 	m   *jail.Manager
 	tmp string // <Dir>/tmp: one directory per node held
+	// outbound: the tree's sandboxes get outbound network (pasta).
+	outbound bool
 
 	// op orders the verbs that change what is held (the engine calls them
 	// under the tree's mutex already; this keeps the backend safe for
@@ -136,10 +152,30 @@ func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Ba
 		return nil, api.Errorf(api.ErrInternal, "jail backend: directory %q must be an absolute path", bc.Dir)
 	}
 	b := &backend{tmp: filepath.Join(bc.Dir, "tmp"), nodes: map[string]*jail.Sandbox{}}
+	var root string
+	if bc.Image != "" {
+		if cfg.Image == nil {
+			return nil, api.Errorf(api.ErrBadRequest, "jail backend: image %q: this daemon serves no images", bc.Image)
+		}
+		if root, err = cfg.Image(bc.Image); err != nil {
+			return nil, fmt.Errorf("jail backend: %w", err)
+		}
+	}
+	switch bc.Network {
+	case "":
+	case api.NetworkOutbound:
+		if err := jail.PastaAvailable(cfg.Pasta); err != nil {
+			return nil, fmt.Errorf("jail backend: %w", err)
+		}
+		b.outbound = true
+	default:
+		return nil, api.Errorf(api.ErrBadRequest, "jail backend: network %q", bc.Network)
+	}
 	if err := os.MkdirAll(b.tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("jail backend: %w: %w", api.ErrInternal, err)
 	}
-	b.m, err = jail.New(jail.Config{StateDir: filepath.Join(bc.Dir, "jail"), Label: Label(bc), Spares: cfg.Spares, Binary: cfg.Binary})
+	b.m, err = jail.New(jail.Config{StateDir: filepath.Join(bc.Dir, "jail"), Label: Label(bc), Spares: cfg.Spares, Binary: cfg.Binary,
+		Root: root, Pasta: cfg.Pasta})
 	if err != nil {
 		return nil, fmt.Errorf("jail backend: %w", err)
 	}
@@ -240,7 +276,7 @@ func (b *backend) run(ctx context.Context, id, path string) error {
 		return err
 	}
 	// The sandbox outlives the call: ctx bounds its start only.
-	sb, err := b.m.Start(ctx, jail.Spec{Name: id, Workspace: path, Tmp: tmp})
+	sb, err := b.m.Start(ctx, jail.Spec{Name: id, Workspace: path, Tmp: tmp, Outbound: b.outbound})
 	if err != nil {
 		return err
 	}
