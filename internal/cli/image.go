@@ -24,7 +24,7 @@ packages, cached under $ARBOR_HOME/images by the hash of their inputs (suite,
 variant, packages, mirror). A jail tree names one at creation
 (arbor tree create --backend jail --image NAME) and its sandboxes run on it,
 read-only, instead of the host's /usr, /etc, ...`,
-		Example: "  arbor image build py --packages python3\n  arbor image list\n  arbor tree create --base ~/src/app --backend jail --image py",
+		Example:           "  arbor image build py --packages python3\n  arbor image list\n  arbor tree create --base ~/src/app --backend jail --image py",
 		Args:              subcommandArgs,
 		RunE:              helpRunE,
 		ValidArgsFunction: cobra.NoFileCompletions,

@@ -2,8 +2,6 @@ package jail_test
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -145,30 +143,6 @@ func TestImageRootBadConfig(t *testing.T) {
 	}
 }
 
-// hostGateway is the host's IPv4 default gateway, which pasta maps to the
-// host's loopback inside a sandbox.
-func hostGateway(t *testing.T) string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/net/route")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 7 && f[1] == "00000000" && f[7] == "00000000" {
-			raw, err := hex.DecodeString(f[2])
-			if err != nil || len(raw) != 4 {
-				t.Fatalf("gateway %q", f[2])
-			}
-			ip := make(net.IP, 4)
-			binary.LittleEndian.PutUint32(ip, binary.BigEndian.Uint32(raw))
-			return ip.String()
-		}
-	}
-	testenv.Missing(t, testenv.Pasta, "the host has no IPv4 default route for pasta to copy")
-	return ""
-}
-
 // loopbackServer answers every connection on 127.0.0.1 with a line.
 func loopbackServer(t *testing.T, line string) int {
 	t.Helper()
@@ -204,7 +178,7 @@ func TestOutbound(t *testing.T) {
 	testenv.NeedRoot(t, "sandboxes")
 	testenv.NeedCommand(t, testenv.Pasta, "pasta")
 	testenv.NeedCommand(t, testenv.Root, "bash")
-	gw := hostGateway(t)
+	gw := testenv.HostGateway(t)
 	port := loopbackServer(t, "hello from the host\n")
 	m := newManager(t)
 	ctx := context.Background()

@@ -11,6 +11,8 @@
 package testenv
 
 import (
+	"encoding/hex"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,6 +46,30 @@ const (
 // their inputs, so sharing is safe): a test run builds its images once.
 func ImageCache() string {
 	return filepath.Join(os.TempDir(), "arbor-test-images")
+}
+
+// HostGateway is the host's IPv4 default gateway (pasta maps it to the
+// host's loopback inside a sandbox with outbound network); without one it
+// skips t, or fails it when pasta is required.
+func HostGateway(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/route")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 7 && f[1] == "00000000" && f[7] == "00000000" {
+			raw, err := hex.DecodeString(f[2])
+			if err != nil || len(raw) != 4 {
+				t.Fatalf("gateway %q in /proc/net/route", f[2])
+			}
+			// /proc/net/route has the address in host (little-endian) order.
+			return net.IPv4(raw[3], raw[2], raw[1], raw[0]).String()
+		}
+	}
+	Missing(t, Pasta, "the host has no IPv4 default route for pasta to copy")
+	return ""
 }
 
 // Required reports whether ARBOR_TEST_REQUIRE names capability (or is
