@@ -20,7 +20,7 @@ import (
 // fakeImage makes an image root in a temporary directory: the host's
 // /usr (and /bin, /lib... as the host has them) bound into it, so that
 // programs run, and an /etc and /opt of its own with marker files.
-func fakeImage(t *testing.T) string {
+func fakeImage(t testing.TB) string {
 	t.Helper()
 	testenv.NeedRoot(t, "bind mounts")
 	root := t.TempDir()
@@ -240,4 +240,56 @@ func pastaPids(t *testing.T, s *jail.Sandbox) []int {
 		}
 	}
 	return out
+}
+
+// BenchmarkStartRoot is the start of a sandbox (Start until ready, a
+// spare kept) on the host's root, on an image's root, and with outbound
+// network (pasta started and the namespace configured). Run:
+//
+//	go test -run '^$' -bench StartRoot -benchtime 40x ./internal/jail/
+func BenchmarkStartRoot(b *testing.B) {
+	testenv.NeedRoot(b, "sandboxes")
+	for _, c := range []struct {
+		name     string
+		image    bool
+		outbound bool
+	}{{"host", false, false}, {"image", true, false}, {"outbound", false, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := jail.Config{StateDir: b.TempDir(), Label: fmt.Sprintf("b%d-%s", os.Getpid(), c.name), Spares: 1}
+			if c.image {
+				cfg.Root = fakeImage(b)
+			}
+			if c.outbound {
+				if err := jail.PastaAvailable(""); err != nil {
+					testenv.Missing(b, testenv.Pasta, err.Error())
+				}
+			}
+			m, err := jail.New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			ws, tmp := b.TempDir(), b.TempDir()
+			var s samples
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				if err := m.Warm(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				t0 := time.Now()
+				sb, err := m.Start(context.Background(), jail.Spec{Name: fmt.Sprintf("s%d", i), Workspace: ws, Tmp: tmp, Outbound: c.outbound})
+				if err != nil {
+					b.Fatal(err)
+				}
+				s = append(s, time.Since(t0))
+				b.StopTimer()
+				if err := sb.Stop(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			s.report(b)
+		})
+	}
 }
