@@ -382,3 +382,34 @@ func TestBuildDebian(t *testing.T) {
 		t.Errorf("a cached build took %v", d)
 	}
 }
+
+// BenchmarkBuildCached is a build whose inputs were built before: the
+// locks, a stat and the name's atomic update. Run:
+//
+//	go test -run '^$' -bench BuildCached -benchtime 200x ./internal/image/
+func BenchmarkBuildCached(b *testing.B) {
+	testenv.NeedRoot(b, "mmdebstrap's root mode and unshare")
+	dir := b.TempDir()
+	mm := filepath.Join(dir, "mmdebstrap")
+	if err := os.WriteFile(mm, []byte("#!/bin/sh\nmkdir -p \"$6/etc\"\n"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	s, err := image.New(image.Config{Dir: filepath.Join(dir, "images"), Mmdebstrap: mm, Sources: []string{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := image.Spec{Name: "a", Packages: []string{"hello"}}
+	if _, _, err := s.Build(context.Background(), spec, nil); err != nil {
+		b.Fatal(err)
+	}
+	var d []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if _, cached, err := s.Build(context.Background(), spec, nil); err != nil || !cached {
+			b.Fatal(cached, err)
+		}
+		d = append(d, time.Since(t0))
+	}
+	slices.Sort(d)
+	b.ReportMetric(float64(d[len(d)/2])/1e6, "p50-ms")
+}
