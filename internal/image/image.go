@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -377,7 +378,21 @@ func (s *Store) mmdebstrap(ctx context.Context, spec Spec, root string, progress
 		}
 		io.Copy(io.Discard, pr)
 	})
-	err = cmd.Run()
+	// Pdeathsig fires when the thread that forked the child ends, and Go
+	// ends a thread when a goroutine locked to it exits: fork from a
+	// thread locked for the build's length, which nothing else can run
+	// on (and so lock and end) meanwhile.
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			errc <- err
+			return
+		}
+		errc <- cmd.Wait()
+	}()
+	err = <-errc
 	pw.Close()
 	wg.Wait()
 	if err != nil {
