@@ -22,6 +22,9 @@ import (
 // No port is forwarded in (-t/-u none) and the sandbox's own loopback is
 // not mapped to the host's (-T/-U none).
 //
+// Names resolve as the root's /etc/resolv.conf says: a resolver on the
+// host's loopback (systemd-resolved's 127.0.0.53) is not the sandbox's.
+//
 // pasta is a host process the sandbox owns: it is cloned into the
 // sandbox's cgroups (so cgroup.kill, Freeze and the limits take it with
 // the sandbox's processes), it dies with its caller's thread
