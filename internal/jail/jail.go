@@ -47,8 +47,12 @@ type Config struct {
 	// be unset. /workspace, /tmp, /proc, /dev and /sys are the sandbox's
 	// own whatever the image holds there.
 	Root string
-	// Pasta is the program that gives a sandbox outbound network
-	// (Spec.Outbound); default "pasta" on PATH.
+	// Outbound gives every sandbox outbound network through pasta (see
+	// network.go); otherwise they have loopback only. A spare gets its
+	// pasta ahead of need too, so that Start does not wait for it.
+	Outbound bool
+	// Pasta is the program that gives outbound network; default "pasta"
+	// on PATH.
 	Pasta string
 	// Spares is how many inits are kept started ahead of need, so that
 	// Start skips the runtime's start and the cgroups' creation (see
@@ -137,6 +141,11 @@ func New(cfg Config) (*Manager, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("jail: %w: sandboxes need root (namespaces, cgroups, pivot_root)", api.ErrUnavailable)
 	}
+	if cfg.Outbound {
+		if err := PastaAvailable(cfg.Pasta); err != nil {
+			return nil, fmt.Errorf("jail: %w", err)
+		}
+	}
 	h, err := probeHierarchy()
 	if err != nil {
 		return nil, fmt.Errorf("jail: %w: %w", api.ErrUnavailable, err)
@@ -180,9 +189,6 @@ type Spec struct {
 	// controllers the host has. PidsMax counts tasks (threads), init's
 	// included: init is a Go program with a handful of threads.
 	MemoryMax, PidsMax int64
-	// Outbound gives the sandbox outbound network through pasta (see
-	// network.go); otherwise it has loopback only.
-	Outbound bool
 }
 
 // Start starts a sandbox: its init runs in new PID, mount, UTS, IPC and
@@ -377,6 +383,7 @@ type spare struct {
 	cmd      *exec.Cmd
 	sock     int
 	initDone chan struct{}
+	net      *netHelper // its pasta (Config.Outbound), or nil
 }
 
 // spawn starts an init in cgroups named rel and leaves it at its gate.
@@ -458,6 +465,11 @@ func (m *Manager) spawn(rel string) (_ *spare, err error) {
 	case reply.Op != opPrepared:
 		return nil, fmt.Errorf("init sent %q before prepared", reply.Op)
 	}
+	if m.cfg.Outbound {
+		if sp.net, err = m.startNetwork(g, cmd.Process.Pid); err != nil {
+			return nil, fmt.Errorf("outbound network: %w", err)
+		}
+	}
 	return sp, nil
 }
 
@@ -466,6 +478,7 @@ func (sp *spare) discard(timeout time.Duration) error {
 	err := sp.g.kill()
 	sp.cmd.Process.Kill()
 	<-sp.initDone
+	sp.net.stop()
 	unix.Close(sp.sock)
 	return errors.Join(err, sp.g.waitEmpty(timeout), sp.g.remove())
 }
@@ -566,7 +579,7 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 			sp.discard(m.cfg.StopTimeout)
 		}
 	}()
-	s.cmd, s.sock, s.initDone = sp.cmd, sp.sock, sp.initDone
+	s.cmd, s.sock, s.initDone, s.net = sp.cmd, sp.sock, sp.initDone, sp.net
 	st := &setup{Workspace: spec.Workspace, Tmp: spec.Tmp, Hostname: spec.Hostname}
 	if err := send(s.sock, &msg{Op: opSetup, Setup: st}); err != nil {
 		return fmt.Errorf("send setup: %w", err)
@@ -601,6 +614,16 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 				g.remove()
 				return err
 			}
+			if sp.net != nil {
+				if err := g.adopt(sp.net.cmd.Process.Pid); err != nil {
+					// init dies with the new group; pasta, in the old
+					// one, with the spare's discard.
+					g.kill()
+					g.waitEmpty(m.cfg.StopTimeout)
+					g.remove()
+					return err
+				}
+			}
 			old := sp.g
 			sp.g = g
 			if err := old.remove(); err != nil {
@@ -624,11 +647,6 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 	}
 	if err != nil {
 		return err
-	}
-	if spec.Outbound {
-		if s.net, err = s.startNetwork(); err != nil {
-			return fmt.Errorf("outbound network: %w", err)
-		}
 	}
 	s.readerDone = make(chan struct{})
 	go s.read()

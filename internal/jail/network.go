@@ -52,10 +52,9 @@ func PastaAvailable(path string) error {
 	return nil
 }
 
-// startNetwork starts pasta on the network namespace of the sandbox's
-// init and waits until the namespace has a default route.
-func (s *Sandbox) startNetwork() (_ *netHelper, err error) {
-	m := s.m
+// startNetwork starts pasta, in cgroups g, on the network namespace of
+// init pid and waits until the namespace has the host's default routes.
+func (m *Manager) startNetwork(g *group, pid int) (_ *netHelper, err error) {
 	path := m.cfg.Pasta
 	if path == "" {
 		path = "pasta"
@@ -64,7 +63,6 @@ func (s *Sandbox) startNetwork() (_ *netHelper, err error) {
 	if err != nil {
 		return nil, PastaAvailable(path)
 	}
-	pid := s.cmd.Process.Pid
 	// pasta gets the namespace as an inherited descriptor: as root with
 	// its capabilities cut it may not open /proc/<init>/ns/net itself.
 	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
@@ -82,8 +80,8 @@ func (s *Sandbox) startNetwork() (_ *netHelper, err error) {
 		Stderr:      &capped{b: h.stderr, max: 4 << 10},
 		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	}
-	if s.g.v2 != nil {
-		dir, err := s.g.v2Dir("")
+	if g.v2 != nil {
+		dir, err := g.v2Dir("")
 		if err != nil {
 			return nil, fmt.Errorf("open cgroup: %w", err)
 		}
@@ -99,7 +97,7 @@ func (s *Sandbox) startNetwork() (_ *netHelper, err error) {
 			h.stop()
 		}
 	}()
-	if err := s.g.attachV1(h.cmd.Process.Pid); err != nil {
+	if err := g.attachV1(h.cmd.Process.Pid); err != nil {
 		return nil, fmt.Errorf("pasta into the v1 cgroups: %w", err)
 	}
 	// Ready when the namespace has the default routes the host has.

@@ -1,6 +1,7 @@
 package jail_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,14 +75,16 @@ func fakeImage(t testing.TB) string {
 	return root
 }
 
-func newImageManager(t *testing.T, root string) *jail.Manager {
+// newConfigManager is newManager with cfg's Root, Outbound and Spares
+// (default one).
+func newConfigManager(t *testing.T, cfg jail.Config) *jail.Manager {
 	t.Helper()
 	testenv.NeedRoot(t, "sandboxes need namespaces and cgroups")
 	label := fmt.Sprintf("t%d-%s", os.Getpid(), nonName.ReplaceAllString(t.Name(), "_"))
 	if len(label) > 64 {
 		label = label[:64]
 	}
-	m, err := jail.New(jail.Config{StateDir: t.TempDir(), Label: label, Spares: 1, Root: root})
+	m, err := jail.New(jail.Config{StateDir: t.TempDir(), Label: label, Spares: cmp.Or(cfg.Spares, 1), Root: cfg.Root, Outbound: cfg.Outbound})
 	if errors.Is(err, api.ErrUnavailable) {
 		testenv.Missing(t, testenv.Cgroup, err.Error())
 	}
@@ -100,7 +103,7 @@ func newImageManager(t *testing.T, root string) *jail.Manager {
 // with /workspace, /tmp, /proc and /dev its own.
 func TestImageRoot(t *testing.T) {
 	root := fakeImage(t)
-	m := newImageManager(t, root)
+	m := newConfigManager(t, jail.Config{Root: root})
 	if err := m.Warm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -181,31 +184,44 @@ func TestOutbound(t *testing.T) {
 	gw := testenv.HostGateway(t)
 	port := loopbackServer(t, "hello from the host\n")
 	m := newManager(t)
-	ctx := context.Background()
-
 	off, _, _ := start(t, m, "net-off")
 	out, _, st := sh(t, off, "bash -c '"+fetchScript(gw, port)+"'")
 	if st.Code == 0 || strings.Contains(out, "hello") {
 		t.Fatalf("without outbound network the fetch succeeded: %q %v", out, st)
 	}
 
-	s, err := m.Start(ctx, jail.Spec{Name: "net-on", Workspace: t.TempDir(), Tmp: t.TempDir(), Outbound: true})
+	// A spare's network (made ahead of need), and a cold start's.
+	for _, spares := range []int{1, -1} {
+		t.Run(fmt.Sprintf("spares=%d", spares), func(t *testing.T) { outbound(t, spares, gw, port) })
+	}
+}
+
+// outbound checks a sandbox with outbound network of a manager with
+// that many spares.
+func outbound(t *testing.T, spares int, gw string, port int) {
+	ctx := context.Background()
+	mo := newConfigManager(t, jail.Config{Outbound: true, Spares: spares})
+	if err := mo.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := mo.Start(ctx, jail.Spec{Name: "net-on", Workspace: t.TempDir(), Tmp: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out, errs, st := sh(t, s, "bash -c '"+fetchScript(gw, port)+"'")
 	if out != "hello from the host\n" || st.Code != 0 {
-		t.Fatalf("outbound fetch: out %q err %q status %v", out, errs, st)
+		t.Fatalf("spares %d: outbound fetch: out %q err %q status %v", spares, out, errs, st)
 	}
 	// The sandbox's own loopback is not the host's.
-	out, _, st = sh(t, s, fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d' 2>&1; echo $?", port))
+	out, _, _ = sh(t, s, fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d' 2>&1; echo $?", port))
 	if strings.HasSuffix(out, "\n0\n") || out == "0\n" {
-		t.Errorf("the sandbox's 127.0.0.1 reached the host's: %q", out)
+		t.Errorf("spares %d: the sandbox's 127.0.0.1 reached the host's: %q", spares, out)
 	}
-	// pasta runs in the sandbox's cgroup, and dies with the sandbox.
+	// pasta runs in the sandbox's cgroup (a spare's moved with its
+	// init), and dies with the sandbox.
 	pids := pastaPids(t, s)
 	if len(pids) != 1 {
-		t.Fatalf("pasta processes in the sandbox's cgroup: %v", pids)
+		t.Fatalf("spares %d: pasta processes in the sandbox's cgroup: %v", spares, pids)
 	}
 	if err := s.Stop(ctx); err != nil {
 		t.Fatal(err)
@@ -213,7 +229,7 @@ func TestOutbound(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for unix.Kill(pids[0], 0) == nil {
 		if time.Now().After(deadline) {
-			t.Fatalf("pasta %d outlived its sandbox", pids[0])
+			t.Fatalf("spares %d: pasta %d outlived its sandbox", spares, pids[0])
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -255,7 +271,7 @@ func BenchmarkStartRoot(b *testing.B) {
 		outbound bool
 	}{{"host", false, false}, {"image", true, false}, {"outbound", false, true}} {
 		b.Run(c.name, func(b *testing.B) {
-			cfg := jail.Config{StateDir: b.TempDir(), Label: fmt.Sprintf("b%d-%s", os.Getpid(), c.name), Spares: 1}
+			cfg := jail.Config{StateDir: b.TempDir(), Label: fmt.Sprintf("b%d-%s", os.Getpid(), c.name), Spares: 1, Outbound: c.outbound}
 			if c.image {
 				cfg.Root = fakeImage(b)
 			}
@@ -278,7 +294,7 @@ func BenchmarkStartRoot(b *testing.B) {
 				}
 				b.StartTimer()
 				t0 := time.Now()
-				sb, err := m.Start(context.Background(), jail.Spec{Name: fmt.Sprintf("s%d", i), Workspace: ws, Tmp: tmp, Outbound: c.outbound})
+				sb, err := m.Start(context.Background(), jail.Spec{Name: fmt.Sprintf("s%d", i), Workspace: ws, Tmp: tmp})
 				if err != nil {
 					b.Fatal(err)
 				}

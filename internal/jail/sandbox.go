@@ -25,7 +25,7 @@ type Sandbox struct {
 	g    *group
 	cmd  *exec.Cmd
 	sock int        // the host end of the socketpair; closed by Stop
-	net  *netHelper // the sandbox's pasta (Spec.Outbound), or nil
+	net  *netHelper // the sandbox's pasta (Config.Outbound), or nil
 
 	initDone   chan struct{} // closed when init has been reaped
 	readerDone chan struct{} // closed when read has returned

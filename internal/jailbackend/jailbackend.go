@@ -38,7 +38,7 @@
 // sandboxes on that image's root (Config.Image resolves the name when
 // the tree opens; jail.Config.Root), else on the host's. A tree with
 // network "outbound" gives each sandbox a pasta of its own
-// (jail.Spec.Outbound); otherwise sandboxes have loopback only.
+// (jail.Config.Outbound); otherwise sandboxes have loopback only.
 //
 // # Fork
 //
@@ -164,6 +164,7 @@ func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Ba
 	switch bc.Network {
 	case "":
 	case api.NetworkOutbound:
+		// Checked before anything is made (jail.New checks it too).
 		if err := jail.PastaAvailable(cfg.Pasta); err != nil {
 			return nil, fmt.Errorf("jail backend: %w", err)
 		}
@@ -175,7 +176,7 @@ func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Ba
 		return nil, fmt.Errorf("jail backend: %w: %w", api.ErrInternal, err)
 	}
 	b.m, err = jail.New(jail.Config{StateDir: filepath.Join(bc.Dir, "jail"), Label: Label(bc), Spares: cfg.Spares, Binary: cfg.Binary,
-		Root: root, Pasta: cfg.Pasta})
+		Root: root, Outbound: b.outbound, Pasta: cfg.Pasta})
 	if err != nil {
 		return nil, fmt.Errorf("jail backend: %w", err)
 	}
@@ -276,7 +277,7 @@ func (b *backend) run(ctx context.Context, id, path string) error {
 		return err
 	}
 	// The sandbox outlives the call: ctx bounds its start only.
-	sb, err := b.m.Start(ctx, jail.Spec{Name: id, Workspace: path, Tmp: tmp, Outbound: b.outbound})
+	sb, err := b.m.Start(ctx, jail.Spec{Name: id, Workspace: path, Tmp: tmp})
 	if err != nil {
 		return err
 	}
