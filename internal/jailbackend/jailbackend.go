@@ -124,6 +124,10 @@ type backend struct {
 	// under the tree's mutex already; this keeps the backend safe for
 	// concurrent use without holding mu across a sandbox's start or stop).
 	op sync.Mutex
+	// pause is how long the last Fork of a live source held it frozen,
+	// tmpFork how long its /tmp fork took (BenchmarkFork reports them);
+	// guarded by op.
+	pause, tmpFork time.Duration
 
 	mu sync.Mutex // guards nodes and closed; held only briefly
 	// nodes are the held nodes by id: a live one's sandbox, or nil for a
@@ -334,6 +338,7 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 // source's as of one instant.
 func (b *backend) paused(ctx context.Context, source string, src *jail.Sandbox, children []string, files func(context.Context) ([]string, error)) (paths []string, err error) {
 	if src != nil {
+		start := time.Now()
 		if err := src.Freeze(); err != nil {
 			return nil, fmt.Errorf("jail backend: fork %s: pause: %w", source, err)
 		}
@@ -341,6 +346,7 @@ func (b *backend) paused(ctx context.Context, source string, src *jail.Sandbox, 
 			if terr := src.Thaw(); terr != nil {
 				err = errors.Join(err, fmt.Errorf("jail backend: fork %s: resume the source: %w", source, terr))
 			}
+			b.pause = time.Since(start)
 		}()
 	}
 	paths, err = files(ctx)
@@ -350,9 +356,11 @@ func (b *backend) paused(ctx context.Context, source string, src *jail.Sandbox, 
 	if len(paths) != len(children) {
 		return nil, api.Errorf(api.ErrInternal, "jail backend: fork %s: the files' fork gave %d paths for %d children", source, len(paths), len(children))
 	}
+	start := time.Now()
 	if err := b.tmp.fork(source, children); err != nil {
 		return nil, fmt.Errorf("jail backend: fork %s: %w", source, err)
 	}
+	b.tmpFork = time.Since(start)
 	return paths, nil
 }
 
