@@ -34,16 +34,19 @@ func TestJailTreeOverSocket(t *testing.T) {
 	if l := must(api.Request{Op: api.OpTreeList}); len(l.Trees) != 1 || l.Trees[0].Backend != "jail" {
 		t.Fatalf("tree_list: %+v", l.Trees)
 	}
+	run := func(node, script string) (string, api.ExecExit, error) { return shIn(ctx, c, "jt", node, script) }
+	if out, x, err := run(tr.Root, "echo root > /tmp/r"); err != nil || x.ExitCode != 0 {
+		t.Fatalf("exec in the root: %q %+v %v", out, x, err)
+	}
 	child := must(api.Request{Op: api.OpTreeFork, TreeID: "jt", SourceID: tr.Root, Label: "child"})
 	t.Logf("fork of a live jail node: latency_ns %d", child.LatencyNS)
 
-	run := func(node, script string) (string, api.ExecExit, error) { return shIn(ctx, c, "jt", node, script) }
-	out, x, err := run(child.NodeID, "echo hi; cat /workspace/f; echo mine > /workspace/g")
-	if err != nil || x.ExitCode != 0 || out != "hi\nfrom the base\n" {
+	out, x, err := run(child.NodeID, "echo hi; cat /workspace/f /tmp/r; echo mine > /workspace/g; echo tmp > /tmp/c")
+	if err != nil || x.ExitCode != 0 || out != "hi\nfrom the base\nroot\n" {
 		t.Fatalf("exec in the child: %q %+v %v", out, x, err)
 	}
-	if out, _, _ := run(tr.Root, "cat /workspace/g 2>&1"); strings.Contains(out, "mine") {
-		t.Fatalf("the parent sees the child's file before the commit: %q", out)
+	if out, _, _ := run(tr.Root, "cat /workspace/g /tmp/c 2>/dev/null"); out != "" {
+		t.Fatalf("the parent sees the child's files or /tmp before the commit: %q", out)
 	}
 
 	// Processes in the child: one the exec waits for, one it set loose.
@@ -83,8 +86,11 @@ func TestJailTreeOverSocket(t *testing.T) {
 	for _, arg := range []string{"987653", "987654"} {
 		waitProcs(t, arg, false)
 	}
-	if out, x, err := run(tr.Root, "cat /workspace/g"); err != nil || x.ExitCode != 0 || out != "mine\n" {
+	if out, x, err := run(tr.Root, "cat /workspace/g /tmp/c"); err != nil || x.ExitCode != 0 || out != "mine\ntmp\n" {
 		t.Fatalf("the parent after the commit reads %q (%+v %v)", out, x, err)
+	}
+	if _, err := os.Stat(filepath.Join(tg.Base, "c")); !os.IsNotExist(err) {
+		t.Fatalf("the child's /tmp reached the base directory: %v", err)
 	}
 
 	// One fork_batch of the live root: three children, each live in a

@@ -116,13 +116,18 @@ func Open(cfg Config) engine.OpenBackend {
 }
 
 type backend struct {
-	m   *jail.Manager
-	tmp string // <Dir>/tmp: one directory per node held
+	m      *jail.Manager
+	tmp    *tmpLayer // every node's /tmp
+	legacy string    // <Dir>/tmp: the plain per-node /tmp directories of before the layer
 
 	// op orders the verbs that change what is held (the engine calls them
 	// under the tree's mutex already; this keeps the backend safe for
 	// concurrent use without holding mu across a sandbox's start or stop).
 	op sync.Mutex
+	// pause is how long the last Fork of a live source held it frozen,
+	// tmpFork how long its /tmp fork took (BenchmarkFork reports them);
+	// guarded by op.
+	pause, tmpFork time.Duration
 
 	mu sync.Mutex // guards nodes and closed; held only briefly
 	// nodes are the held nodes by id: a live one's sandbox, or nil for a
@@ -135,10 +140,19 @@ func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Ba
 	if bc.Dir == "" || !filepath.IsAbs(bc.Dir) {
 		return nil, api.Errorf(api.ErrInternal, "jail backend: directory %q must be an absolute path", bc.Dir)
 	}
-	b := &backend{tmp: filepath.Join(bc.Dir, "tmp"), nodes: map[string]*jail.Sandbox{}}
-	if err := os.MkdirAll(b.tmp, 0o700); err != nil {
-		return nil, fmt.Errorf("jail backend: %w: %w", api.ErrInternal, err)
+	b := &backend{legacy: filepath.Join(bc.Dir, "tmp"), nodes: map[string]*jail.Sandbox{}}
+	// The /tmp layer's mount before any init: an init's mount namespace
+	// (a spare's is made ahead of need) sees only the mounts made before
+	// it. A mount an earlier daemon left is detached lazily: its
+	// sandboxes, reaped below, keep nothing of it.
+	if b.tmp, err = openTmp(bc.Dir); err != nil {
+		return nil, fmt.Errorf("jail backend: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			b.tmp.close()
+		}
+	}()
 	b.m, err = jail.New(jail.Config{StateDir: filepath.Join(bc.Dir, "jail"), Label: Label(bc), Spares: cfg.Spares, Binary: cfg.Binary})
 	if err != nil {
 		return nil, fmt.Errorf("jail backend: %w", err)
@@ -156,14 +170,16 @@ func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Ba
 	if _, err := b.m.Reap(ctx); err != nil {
 		return nil, fmt.Errorf("jail backend: reap what an earlier daemon left: %w", err)
 	}
-	ents, err := os.ReadDir(b.tmp)
-	if err != nil {
-		return nil, fmt.Errorf("jail backend: %w: %w", api.ErrInternal, err)
+	if err := b.migrate(); err != nil {
+		return nil, fmt.Errorf("jail backend: %w", err)
 	}
-	for _, e := range ents {
-		if e.IsDir() && jail.CheckName(e.Name()) == nil {
-			b.nodes[e.Name()] = nil // kept by an earlier open: suspended
+	for _, id := range b.tmp.nodes() {
+		// Kept by an earlier open: suspended, its /tmp unwritable until
+		// it is resumed.
+		if err := b.tmp.setWritable(id, false); err != nil {
+			return nil, fmt.Errorf("jail backend: %w", err)
 		}
+		b.nodes[id] = nil
 	}
 	return b, nil
 }
@@ -216,26 +232,34 @@ func (b *backend) checkOpen(verb string) error {
 	return nil
 }
 
-// tmpDir makes (if need be) node id's /tmp directory and returns it.
-func (b *backend) tmpDir(id string) (string, error) {
-	if err := jail.CheckName(id); err != nil {
+// TmpPath is where node id's /tmp is on the host: the one place that says
+// so (the files API serves a jail node's /tmp through it). It is a path
+// of the /tmp layer's mount, read-only while the node is suspended.
+func (b *backend) TmpPath(id string) (string, error) {
+	if err := b.checkOpen("/tmp of " + id); err != nil {
 		return "", err
 	}
-	p := filepath.Join(b.tmp, id)
-	if err := os.Mkdir(p, 0o1777); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", fmt.Errorf("%w: node %s's /tmp: %w", api.ErrInternal, id, err)
-	}
-	// Mkdir's mode is cut by the umask; a /tmp is world-writable and sticky.
-	if err := os.Chmod(p, 0o777|os.ModeSticky); err != nil {
-		return "", fmt.Errorf("%w: node %s's /tmp: %w", api.ErrInternal, id, err)
-	}
-	return p, nil
+	return b.tmp.path(id)
 }
 
-// run starts node id's sandbox over path (its /tmp made if need be); b.op
-// is held.
+// checkID refuses an id that cannot name a node here.
+func checkID(id string) error {
+	if err := jail.CheckName(id); err != nil {
+		return err
+	}
+	return checkTmpName(id)
+}
+
+// run starts node id's sandbox over path, with its /tmp (an empty one
+// made if it has none) writable; b.op is held.
 func (b *backend) run(ctx context.Context, id, path string) error {
-	tmp, err := b.tmpDir(id)
+	if err := b.tmp.ensure(id); err != nil {
+		return err
+	}
+	if err := b.tmp.setWritable(id, true); err != nil {
+		return err
+	}
+	tmp, err := b.tmp.path(id)
 	if err != nil {
 		return err
 	}
@@ -254,14 +278,17 @@ func (b *backend) Start(ctx context.Context, id, path string) error {
 	if err := b.checkOpen("start " + id); err != nil {
 		return err
 	}
-	if err := jail.CheckName(id); err != nil {
+	if err := checkID(id); err != nil {
 		return fmt.Errorf("jail backend: start: %w", err)
 	}
 	if _, ok := b.get(id); ok {
 		return api.Errorf(api.ErrExists, "jail backend: start %s: already held", id)
 	}
+	had := b.tmp.has(id)
 	if err := b.run(ctx, id, path); err != nil {
-		os.Remove(filepath.Join(b.tmp, id)) // the /tmp just made, if empty
+		if !had { // the /tmp just made
+			err = errors.Join(err, b.tmp.drop(id))
+		}
 		return fmt.Errorf("jail backend: start %s: %w", id, err)
 	}
 	return nil
@@ -281,16 +308,16 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 		if _, dup := b.get(c); dup {
 			return api.Errorf(api.ErrExists, "jail backend: fork %s: child %s already held", source, c)
 		}
-		if err := jail.CheckName(c); err != nil {
+		if err := checkID(c); err != nil {
 			return fmt.Errorf("jail backend: fork %s: %w", source, err)
 		}
+		if b.tmp.has(c) {
+			return api.Errorf(api.ErrExists, "jail backend: fork %s: child %s has a /tmp already", source, c)
+		}
 	}
-	paths, err := b.pausedFiles(ctx, source, src, files)
+	paths, err := b.paused(ctx, source, src, children, files)
 	if err != nil {
 		return err
-	}
-	if len(paths) != len(children) {
-		return api.Errorf(api.ErrInternal, "jail backend: fork %s: the files' fork gave %d paths for %d children", source, len(paths), len(children))
 	}
 	// One after another: started side by side they took as long on this
 	// 2-core host (BenchmarkFork/children=3), cold starts being CPU-bound.
@@ -305,10 +332,13 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 	return nil
 }
 
-// pausedFiles runs files with source's sandbox frozen (a suspended source
-// runs nothing to freeze) and thaws it after, whatever files did.
-func (b *backend) pausedFiles(ctx context.Context, source string, src *jail.Sandbox, files func(context.Context) ([]string, error)) (paths []string, err error) {
+// paused runs files, then forks source's /tmp for children, with source's
+// sandbox frozen (a suspended source runs nothing to freeze), and thaws it
+// after, whatever happened: the children's files and /tmp are the
+// source's as of one instant.
+func (b *backend) paused(ctx context.Context, source string, src *jail.Sandbox, children []string, files func(context.Context) ([]string, error)) (paths []string, err error) {
 	if src != nil {
+		start := time.Now()
 		if err := src.Freeze(); err != nil {
 			return nil, fmt.Errorf("jail backend: fork %s: pause: %w", source, err)
 		}
@@ -316,12 +346,21 @@ func (b *backend) pausedFiles(ctx context.Context, source string, src *jail.Sand
 			if terr := src.Thaw(); terr != nil {
 				err = errors.Join(err, fmt.Errorf("jail backend: fork %s: resume the source: %w", source, terr))
 			}
+			b.pause = time.Since(start)
 		}()
 	}
 	paths, err = files(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("jail backend: fork %s: files: %w", source, err)
 	}
+	if len(paths) != len(children) {
+		return nil, api.Errorf(api.ErrInternal, "jail backend: fork %s: the files' fork gave %d paths for %d children", source, len(paths), len(children))
+	}
+	start := time.Now()
+	if err := b.tmp.fork(source, children); err != nil {
+		return nil, fmt.Errorf("jail backend: fork %s: %w", source, err)
+	}
+	b.tmpFork = time.Since(start)
 	return paths, nil
 }
 
@@ -335,9 +374,13 @@ func (b *backend) Suspend(ctx context.Context, id string) error {
 	case sb == nil:
 		return api.Errorf(api.ErrState, "jail backend: suspend %s: already suspended", id)
 	}
-	// Its processes end; its /tmp stays, and with it the node.
+	// Its processes end; its /tmp stays, and with it the node, unwritable
+	// until it is resumed.
 	b.hold(id, nil)
 	if err := sb.Stop(ctx); err != nil {
+		return fmt.Errorf("jail backend: suspend %s: %w", id, err)
+	}
+	if err := b.tmp.setWritable(id, false); err != nil {
 		return fmt.Errorf("jail backend: suspend %s: %w", id, err)
 	}
 	return nil
@@ -358,9 +401,23 @@ func (b *backend) Resume(ctx context.Context, id, path string) error {
 	return nil
 }
 
-// Commit carries nothing: /tmp is not node state the parent takes yet
-// (see the package's doc). It is trivially idempotent.
-func (b *backend) Commit(ctx context.Context, child, parent string) error { return nil }
+// Commit makes child's /tmp its parent's (see the package's doc): O(1),
+// one metadata transaction of the /tmp layer's store, so a crash leaves it
+// done or not; a child with no /tmp left was committed already.
+func (b *backend) Commit(ctx context.Context, child, parent string) error {
+	b.op.Lock()
+	defer b.op.Unlock()
+	if err := b.checkOpen("commit " + child); err != nil {
+		return err
+	}
+	if err := checkID(child); err != nil {
+		return fmt.Errorf("jail backend: commit: %w", err)
+	}
+	if err := b.tmp.commit(child, parent); err != nil {
+		return fmt.Errorf("jail backend: commit %s into %s: %w", child, parent, err)
+	}
+	return nil
+}
 
 func (b *backend) Stop(ctx context.Context, id string) error {
 	b.op.Lock()
@@ -370,7 +427,7 @@ func (b *backend) Stop(ctx context.Context, id string) error {
 
 // stop ends node id for good; b.op is held.
 func (b *backend) stop(ctx context.Context, id string) error {
-	if jail.CheckName(id) != nil {
+	if checkID(id) != nil {
 		return nil // no node of that name can be held
 	}
 	if sb, _ := b.get(id); sb != nil {
@@ -378,8 +435,8 @@ func (b *backend) stop(ctx context.Context, id string) error {
 			return fmt.Errorf("jail backend: stop %s: %w", id, err)
 		}
 	}
-	if err := os.RemoveAll(filepath.Join(b.tmp, id)); err != nil {
-		return fmt.Errorf("jail backend: stop %s: remove its /tmp: %w: %w", id, api.ErrInternal, err)
+	if err := b.tmp.drop(id); err != nil {
+		return fmt.Errorf("jail backend: stop %s: %w", id, err)
 	}
 	b.drop(id)
 	return nil
@@ -528,7 +585,12 @@ func (b *backend) Close() error {
 		b.nodes[id] = nil
 	}
 	b.mu.Unlock()
-	if err := b.m.Close(); err != nil {
+	err := b.m.Close()
+	// The sandboxes are gone: nothing uses the /tmp layer's mount now.
+	if terr := b.tmp.close(); terr != nil {
+		err = errors.Join(err, terr)
+	}
+	if err != nil {
 		return fmt.Errorf("jail backend: close: %w", err)
 	}
 	return nil
