@@ -17,6 +17,7 @@ import (
 	"github.com/arbor-dev/arbor/internal/daemon"
 	"github.com/arbor-dev/arbor/internal/demo"
 	"github.com/arbor-dev/arbor/internal/fsbench"
+	"github.com/arbor-dev/arbor/internal/sandboxbench"
 	"github.com/spf13/cobra"
 )
 
@@ -218,7 +219,31 @@ arbor bench fs --list names the cases and systems.`,
 		}
 		return nil
 	}
-	b.AddCommand(fs)
+	sb := &cobra.Command{
+		Use:   "sandbox [flags]",
+		Short: "Process sandbox benchmark: Arbor's jail, bubblewrap and unshare",
+		Long: `Runs the process sandbox's cases (start to first byte, exec round trip, kill of
+100 processes, fork of a live sandbox with 0 and 50+50 MiB, idle memory) on
+Arbor's jail, bubblewrap and unshare side by side, and prints a table of
+medians with the targets (--json for the report). Needs root.`,
+		Example:            "  arbor bench sandbox\n  arbor bench sandbox --case start,exec --rounds 50",
+		DisableFlagParsing: true, // sandboxbench.Main owns its flags
+	}
+	sb.RunE = func(cmd *cobra.Command, args []string) error {
+		if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "--help" || a == "-help" }) {
+			fmt.Fprintf(e.stdout, "%s\n\nExamples:\n%s\n\n", cmd.Long, cmd.Example)
+			sandboxbench.Main(e.ctx, []string{"-h"}, e.stdout, e.stdout)
+			return nil
+		}
+		if code := sandboxbench.Main(e.ctx, args, e.stdout, e.stderr); code != 0 {
+			if code == 2 {
+				return usagef("bad usage (see arbor bench sandbox --help)")
+			}
+			return exitError(code)
+		}
+		return nil
+	}
+	b.AddCommand(fs, sb)
 	return b
 }
 
