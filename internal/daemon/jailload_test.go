@@ -70,8 +70,17 @@ func startLoadSubtree(tb testing.TB, ctx context.Context, cl *client.Client, tre
 	ls := &loadSubtree{mark: mark, exits: map[string]execResult{}}
 	ls.ancestor = do(api.Request{Op: api.OpTreeFork, TreeID: tree, SourceID: root, Label: "ancestor"}).NodeID
 	ls.nodes = append(ls.nodes, ls.ancestor)
-	kids := do(api.Request{Op: api.OpTreeForkBatch, TreeID: tree, SourceID: ls.ancestor, Labels: labels("c", 15)}).Forks
+	fb := do(api.Request{Op: api.OpTreeForkBatch, TreeID: tree, SourceID: ls.ancestor, Labels: labels("c", 15)})
+	// The jail backend measures its forks of a live source: the pause, and
+	// each child's sandbox start.
+	if fb.PauseNS <= 0 || fb.PauseNS >= fb.LatencyNS {
+		tb.Errorf("fork_batch of a live node: pause_ns %d (latency_ns %d)", fb.PauseNS, fb.LatencyNS)
+	}
+	kids := fb.Forks
 	for _, f := range kids {
+		if f.StartNS <= 0 || f.StartNS >= fb.LatencyNS {
+			tb.Errorf("fork_batch child %s: start_ns %d (latency_ns %d)", f.NodeID, f.StartNS, fb.LatencyNS)
+		}
 		ls.nodes = append(ls.nodes, f.NodeID)
 	}
 	for _, f := range do(api.Request{Op: api.OpTreeForkBatch, TreeID: tree, SourceID: kids[0].NodeID, Labels: labels("g", 16)}).Forks {

@@ -804,9 +804,17 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 		unwind()
 		return api.Response{}, err
 	}
-	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted}
+	var timed ForkTimings
+	if ft, ok := ts.backend.(ForkTimer); ok {
+		timed = ft.LastFork()
+	}
+	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted, PauseNS: timed.Pause.Nanoseconds()}
 	for i, id := range p.Created {
-		r.Forks = append(r.Forks, api.Fork{NodeID: id, Label: labels[i], Path: e.path(ts, id), LatencyNS: max(ready.Nanoseconds(), 1)})
+		f := api.Fork{NodeID: id, Label: labels[i], Path: e.path(ts, id), LatencyNS: max(ready.Nanoseconds(), 1)}
+		if i < len(timed.Starts) {
+			f.StartNS = timed.Starts[i].Nanoseconds()
+		}
+		r.Forks = append(r.Forks, f)
 		e.emit(ts, "fork", id)
 	}
 	e.emitEvicted(ts, p)

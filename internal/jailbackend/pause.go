@@ -1,21 +1,18 @@
 package jailbackend
 
 import (
-	"time"
+	"slices"
 
 	"github.com/arbor-dev/arbor/internal/engine"
 )
 
-// LastPause is how long the last Fork of a live source on be held that
-// source paused (its freeze, the files' and /tmp's forks, its thaw), for
-// the benchmarks and the demo; ok is false when be is not a jail backend
-// or has forked no live source yet.
-func LastPause(be engine.Backend) (pause time.Duration, ok bool) {
-	b, isJail := be.(*backend)
-	if !isJail {
-		return 0, false
-	}
+// LastFork is engine.ForkTimer: how long the last Fork held its source
+// paused (its freeze, the files' and /tmp's forks, its thaw; zero for a
+// suspended source), and each child's sandbox start.
+func (b *backend) LastFork() engine.ForkTimings {
 	b.op.Lock()
 	defer b.op.Unlock()
-	return b.pause, b.pause > 0
+	return engine.ForkTimings{Pause: b.pause, Starts: slices.Clone(b.starts)}
 }
+
+var _ engine.ForkTimer = (*backend)(nil)

@@ -578,11 +578,11 @@ func (r *runner) forkJail(ctx context.Context, size int64) (_ []Result, err erro
 			return nil, err
 		}
 		whole = append(whole, time.Since(t0))
-		p, ok := jailbackend.LastPause(be)
-		if !ok {
+		ft, ok := be.(engine.ForkTimer)
+		if !ok || ft.LastFork().Pause <= 0 {
 			return nil, errors.New("the jail backend reports no pause")
 		}
-		pause = append(pause, p)
+		pause = append(pause, ft.LastFork().Pause)
 		if i == 0 {
 			var out strings.Builder
 			x, err := be.Exec(ctx, child, engine.Command{Argv: []string{"sh", "-c", "cat /workspace/big /tmp/big | wc -c"}}, func(o api.ExecOutput) error { out.Write(o.Data); return nil })
