@@ -257,7 +257,7 @@ func (e *env) demoCmd() *cobra.Command {
 		RunE:              helpRunE,
 		ValidArgsFunction: cobra.NoFileCompletions,
 	}
-	var workdir string
+	var workdir, backend string
 	var keep bool
 	ca := &cobra.Command{
 		Use:   "coding-agent",
@@ -270,6 +270,7 @@ evidence to WORKDIR/results/<timestamp>/.`,
 	}
 	ca.Flags().StringVar(&workdir, "workdir", "", "where the base directory and results/ go (default: the current directory)")
 	ca.Flags().BoolVar(&keep, "keep", false, "keep the tree after the demo (inspect it with arbor tree nodes)")
+	ca.Flags().StringVar(&backend, "backend", "", "dir or jail (default: jail where the daemon serves sandboxes, else dir)")
 	ca.MarkFlagDirname("workdir")
 	ca.RunE = func(cmd *cobra.Command, args []string) error {
 		if workdir == "" {
@@ -280,7 +281,7 @@ evidence to WORKDIR/results/<timestamp>/.`,
 			return err
 		}
 		return e.withClient(func(cl *client.Client) error {
-			_, err := demo.CodingAgent(e.ctx, demo.Config{Client: cl, Workdir: dir, Out: e.stdout, KeepTree: keep})
+			_, err := demo.CodingAgent(e.ctx, demo.Config{Client: cl, Workdir: dir, Out: e.stdout, KeepTree: keep, Backend: backend})
 			return err
 		})
 	}
