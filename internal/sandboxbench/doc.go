@@ -15,9 +15,10 @@
 //     sandbox (its loop writing /tmp) with nothing, or 50 MiB in /workspace
 //     and 50 MiB in /tmp, into one child, the figures being the source's
 //     pause and the whole fork (the child's sandbox start included); memory:
-//     the RSS and PSS of everything an idle sandbox adds to the host (jail:
-//     its init; bwrap and unshare: themselves and the namespace's `sleep`),
-//     averaged over 8, and the jail sandbox's cgroup charge.
+//     the RSS, PSS and anonymous memory of everything an idle sandbox adds
+//     to the host (jail: its init; bwrap and unshare: themselves and the
+//     namespace's `sleep`), averaged over 8, and the jail sandbox's cgroup
+//     charge.
 //   - system: jail (internal/jail, through the jail backend for the
 //     forks), bwrap, unshare. A system this host cannot run (no root, the
 //     tool missing, a binary that does not call jail.Main) is skipped with

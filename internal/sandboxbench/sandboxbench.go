@@ -663,20 +663,25 @@ func (r *runner) memoryTool(ctx context.Context, name string) ([]Result, error) 
 	return memory(pids)
 }
 
-// memory sums the RSS and PSS of pids, per idle sandbox.
+// memory sums the RSS, PSS and anonymous memory of pids, per idle
+// sandbox. Anonymous memory is each process's own (heap, stacks, data
+// written); the rest of RSS is file pages shared with every process that
+// maps the same program, which PSS divides among them.
 func memory(pids []int) ([]Result, error) {
-	var rss, pss int64
+	var sum Smaps
 	for _, pid := range pids {
-		r, p, err := SmapsRollup(pid)
+		m, err := SmapsRollup(pid)
 		if err != nil {
 			return nil, err
 		}
-		rss += r
-		pss += p
+		sum.RSS += m.RSS
+		sum.PSS += m.PSS
+		sum.Anon += m.Anon
 	}
 	return []Result{
-		{Metric: "RSS", Value: float64(rss) / idle / 1024, Unit: "KiB", Rounds: 1},
-		{Metric: "PSS", Value: float64(pss) / idle / 1024, Unit: "KiB", Rounds: 1},
+		{Metric: "RSS", Value: float64(sum.RSS) / idle / 1024, Unit: "KiB", Rounds: 1},
+		{Metric: "PSS", Value: float64(sum.PSS) / idle / 1024, Unit: "KiB", Rounds: 1},
+		{Metric: "anonymous", Value: float64(sum.Anon) / idle / 1024, Unit: "KiB", Rounds: 1},
 	}, nil
 }
 
@@ -690,11 +695,18 @@ func descendants(pid int) []int {
 	return out
 }
 
-// SmapsRollup returns a process's RSS and PSS in bytes.
-func SmapsRollup(pid int) (rss, pss int64, err error) {
+// Smaps is a process's memory as /proc/PID/smaps_rollup counts it, in
+// bytes.
+type Smaps struct {
+	RSS, PSS, Anon int64
+}
+
+// SmapsRollup reads a process's smaps_rollup.
+func SmapsRollup(pid int) (Smaps, error) {
+	var m Smaps
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "smaps_rollup"))
 	if err != nil {
-		return 0, 0, err
+		return m, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
@@ -704,12 +716,14 @@ func SmapsRollup(pid int) (rss, pss int64, err error) {
 		v, _ := strconv.ParseInt(f[1], 10, 64)
 		switch f[0] {
 		case "Rss:":
-			rss = v << 10
+			m.RSS = v << 10
 		case "Pss:":
-			pss = v << 10
+			m.PSS = v << 10
+		case "Anonymous:":
+			m.Anon = v << 10
 		}
 	}
-	return rss, pss, nil
+	return m, nil
 }
 
 func loadavg() string {

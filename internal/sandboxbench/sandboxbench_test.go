@@ -40,7 +40,7 @@ func TestMainRun(t *testing.T) {
 		"kill-100": {"kill until gone"},
 		"fork-0":   {"source's pause", "fork incl. child's start"},
 		"fork-50M": {"source's pause", "fork incl. child's start"},
-		"memory":   {"RSS", "PSS", "cgroup charge"},
+		"memory":   {"RSS", "PSS", "anonymous", "cgroup charge"},
 	}
 	for c, metrics := range want {
 		for _, m := range metrics {
