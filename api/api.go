@@ -140,7 +140,21 @@ type Fork struct {
 	Label     string `json:"label,omitempty"`
 	Path      string `json:"path,omitempty"`
 	LatencyNS int64  `json:"latency_ns"`
+	// Processes says whether the child started with its source's running
+	// processes (ProcessesCarried, ProcessesNotCarried); empty where the
+	// tree's backend runs none (dir).
+	Processes string `json:"processes,omitempty"`
 }
+
+// What a fork did with its source's processes (Fork.Processes).
+const (
+	// ProcessesCarried: the children run what the source ran, memory
+	// and all (a microVM backend).
+	ProcessesCarried = "carried"
+	// ProcessesNotCarried: the children start with their source's files
+	// (and a jail's /tmp) and nothing running.
+	ProcessesNotCarried = "not carried"
+)
 
 // Response is one JSON-lines reply. Status is "ok", "error", or the verb's
 // reply name (tree_created, tree_forked, ...); the other fields are set as the
@@ -156,6 +170,8 @@ type Response struct {
 	Path      string   `json:"path,omitempty"`
 	LatencyNS int64    `json:"latency_ns,omitempty"`
 	Forks     []Fork   `json:"forks,omitempty"`
+	// Processes is a fork's Fork.Processes, the same for all its children.
+	Processes string `json:"processes,omitempty"`
 	Nodes     []Node   `json:"nodes,omitempty"`
 	Trees     []Tree   `json:"trees,omitempty"`
 	Evicted   []string `json:"evicted,omitempty"`

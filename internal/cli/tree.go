@@ -185,7 +185,7 @@ func (e *env) treeRollbackCmd() *cobra.Command {
 func printForks(w io.Writer, resp api.Response) {
 	forks := resp.Forks
 	if len(forks) == 0 && resp.NodeID != "" {
-		forks = []api.Fork{{NodeID: resp.NodeID, Path: resp.Path, LatencyNS: resp.LatencyNS}}
+		forks = []api.Fork{{NodeID: resp.NodeID, Path: resp.Path, LatencyNS: resp.LatencyNS, Processes: resp.Processes}}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tLABEL\tLATENCY\tPATH")
@@ -195,6 +195,9 @@ func printForks(w io.Writer, resp api.Response) {
 	tw.Flush()
 	if resp.LatencyNS != 0 && len(forks) > 1 {
 		fmt.Fprintf(w, "batch: %s\n", time.Duration(resp.LatencyNS))
+	}
+	if p := resp.Processes; p != "" {
+		fmt.Fprintf(w, "processes: %s\n", p)
 	}
 }
 

@@ -116,6 +116,20 @@ type Caps struct {
 	Lost LostRule
 }
 
+// ForkProcesses is what a fork's reply says of the source's processes
+// (api.Fork.Processes): carried with its memory, not carried by a backend
+// that runs commands without carrying them, nothing for one that runs
+// none.
+func (c Caps) ForkProcesses() string {
+	switch {
+	case c.ForkCarriesMemory:
+		return api.ProcessesCarried
+	case c.Exec:
+		return api.ProcessesNotCarried
+	}
+	return ""
+}
+
 // LostRule says what reconcile makes of a live node whose sandbox is gone.
 type LostRule int
 

@@ -492,3 +492,45 @@ func TestRequestContextNotKept(t *testing.T) {
 		}
 	}
 }
+
+// TestForkSaysProcesses: a fork's reply says what became of the source's
+// processes, from the backend's Caps: not carried by one that runs
+// commands without carrying them (jail), carried by one that carries
+// memory (vm), nothing for one that runs none (dir); for every child of a
+// batch and for a rollback too.
+func TestForkSaysProcesses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		caps engine.Caps
+		want string
+	}{
+		{"exec", engine.Caps{Exec: true, StartRAM: 100}, api.ProcessesNotCarried},
+		{"memory", engine.Caps{Exec: true, ForkCarriesMemory: true, StartRAM: 100}, api.ProcessesCarried},
+		{"none", engine.Caps{StartRAM: 100}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hb := newHostBackends()
+			hb.caps = tc.caps
+			e := newHostEngine(t, t.TempDir(), hb)
+			do(t, e, api.Request{Op: api.OpTreeCreate, TreeID: "h", Base: newBase(t), Backend: "host"})
+			one := do(t, e, api.Request{Op: api.OpTreeFork, TreeID: "h", SourceID: "n1", Label: "a"})
+			batch := do(t, e, api.Request{Op: api.OpTreeForkBatch, TreeID: "h", SourceID: "n1", Labels: []string{"b", "c"}})
+			rb := do(t, e, api.Request{Op: api.OpTreeRollback, TreeID: "h", NodeID: "n1", Label: "d"})
+			for _, r := range []api.Response{one, batch, rb} {
+				if r.Processes != tc.want || len(r.Forks) == 0 {
+					t.Fatalf("%s reply: processes %q, want %q (%+v)", r.Status, r.Processes, tc.want, r)
+				}
+				for _, f := range r.Forks {
+					if f.Processes != tc.want {
+						t.Fatalf("%s child %s: processes %q, want %q", r.Status, f.NodeID, f.Processes, tc.want)
+					}
+				}
+			}
+		})
+	}
+	d := newEngine(t, t.TempDir())
+	do(t, d, api.Request{Op: api.OpTreeCreate, TreeID: "d", Base: newBase(t)})
+	if r := do(t, d, api.Request{Op: api.OpTreeFork, TreeID: "d", SourceID: "n1", Label: "a"}); r.Processes != "" {
+		t.Fatalf("a dir tree's fork says processes %q, want nothing", r.Processes)
+	}
+}

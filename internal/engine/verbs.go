@@ -804,9 +804,9 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 		unwind()
 		return api.Response{}, err
 	}
-	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted}
+	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted, Processes: ts.backend.Caps().ForkProcesses()}
 	for i, id := range p.Created {
-		r.Forks = append(r.Forks, api.Fork{NodeID: id, Label: labels[i], Path: e.path(ts, id), LatencyNS: max(ready.Nanoseconds(), 1)})
+		r.Forks = append(r.Forks, api.Fork{NodeID: id, Label: labels[i], Path: e.path(ts, id), LatencyNS: max(ready.Nanoseconds(), 1), Processes: r.Processes})
 		e.emit(ts, "fork", id)
 	}
 	e.emitEvicted(ts, p)
