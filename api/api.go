@@ -160,18 +160,16 @@ const (
 // reply name (tree_created, tree_forked, ...); the other fields are set as the
 // verb fills them.
 type Response struct {
-	Status    string `json:"status"`
-	Code      string `json:"code,omitempty"`
-	Message   string `json:"message,omitempty"`
-	Version   string `json:"version,omitempty"`
-	TreeID    string `json:"tree_id,omitempty"`
-	NodeID    string `json:"node_id,omitempty"`
-	Root      string `json:"root,omitempty"`
-	Path      string `json:"path,omitempty"`
-	LatencyNS int64  `json:"latency_ns,omitempty"`
-	Forks     []Fork `json:"forks,omitempty"`
-	// Processes is a fork's Fork.Processes, the same for all its children.
-	Processes string   `json:"processes,omitempty"`
+	Status    string   `json:"status"`
+	Code      string   `json:"code,omitempty"`
+	Message   string   `json:"message,omitempty"`
+	Version   string   `json:"version,omitempty"`
+	TreeID    string   `json:"tree_id,omitempty"`
+	NodeID    string   `json:"node_id,omitempty"`
+	Root      string   `json:"root,omitempty"`
+	Path      string   `json:"path,omitempty"`
+	LatencyNS int64    `json:"latency_ns,omitempty"`
+	Forks     []Fork   `json:"forks,omitempty"`
 	Nodes     []Node   `json:"nodes,omitempty"`
 	Trees     []Tree   `json:"trees,omitempty"`
 	Evicted   []string `json:"evicted,omitempty"`
@@ -190,6 +188,8 @@ type Response struct {
 	// AlreadyMounted: ws_mount found the same base already mounted at the
 	// mountpoint (as a restarted daemon re-establishes it) and left it as is.
 	AlreadyMounted bool `json:"already_mounted,omitempty"`
+	// Processes is a fork's Fork.Processes, the same for all its children.
+	Processes string `json:"processes,omitempty"`
 }
 
 // OK is the Status of a reply that carries nothing but success.
