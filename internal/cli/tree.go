@@ -95,6 +95,8 @@ limit: a --max-disk budget is exact, every write metered by the daemon).`,
 	f.IntVar(&b.MaxLiveNodes, "max-live", 0, "budget: max live nodes (0: default)")
 	f.Int64Var(&b.MaxLiveRAMBytes, "max-ram", 0, "budget: max live RAM in bytes (0: default)")
 	f.Int64Var(&b.MaxDiskBytes, "max-disk", 0, "budget: max disk in bytes, enforced exactly (every write metered by the daemon); 0: no limit")
+	f.Int64Var(&b.MaxNodeRAMBytes, "max-node-ram", 0, "budget: memory each live node's processes may hold, in bytes (jail; 0: --max-ram)")
+	f.Int64Var(&b.MaxNodePids, "max-node-pids", 0, "budget: processes and threads each live node may run (jail; 0: default 4096)")
 	cmd.MarkFlagRequired("base")
 	cmd.MarkFlagDirname("base")
 	cmd.RegisterFlagCompletionFunc("backend", cobra.FixedCompletions([]string{"dir"}, cobra.ShellCompDirectiveNoFileComp))

@@ -98,6 +98,10 @@ type BackendConfig struct {
 	Dir string
 	// Base is the tree's base directory.
 	Base string
+	// Budget is the tree's budget, its defaults filled in: a backend that
+	// runs processes limits each node by its MaxNodeRAMBytes and
+	// MaxNodePids.
+	Budget api.Budget
 }
 
 // Caps is what a backend serves.

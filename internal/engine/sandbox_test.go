@@ -534,3 +534,23 @@ func TestForkSaysProcesses(t *testing.T) {
 		t.Fatalf("a dir tree's fork says processes %q, want nothing", r.Processes)
 	}
 }
+
+// TestBackendGetsBudget: a backend is opened with its tree's budget, its
+// defaults filled in (a jail limits each node by it), at create and at a
+// reopen.
+func TestBackendGetsBudget(t *testing.T) {
+	home, hb := t.TempDir(), newHostBackends()
+	e := newHostEngine(t, home, hb)
+	do(t, e, api.Request{Op: api.OpTreeCreate, TreeID: "h", Base: newBase(t), Backend: "host", Budget: &api.Budget{MaxLiveRAMBytes: 1 << 30, MaxNodePids: 64}})
+	want := api.Budget{MaxLiveNodes: api.DefaultBudget.MaxLiveNodes, MaxLiveRAMBytes: 1 << 30, MaxNodeRAMBytes: 1 << 30, MaxNodePids: 64}
+	if got := hb.last.budget; got != want {
+		t.Fatalf("the backend was opened with budget %+v, want %+v", got, want)
+	}
+	e.Close()
+	e = newHostEngine(t, home, hb)
+	if got := hb.last.budget; got != want {
+		t.Fatalf("after a reopen: budget %+v, want %+v", got, want)
+	}
+	_, err := e.Do(context.Background(), api.Request{Op: api.OpTreeCreate, Base: newBase(t), Budget: &api.Budget{MaxLiveRAMBytes: 1 << 20, MaxNodeRAMBytes: 2 << 20}})
+	wantErr(t, err, api.ErrBadRequest, "a node's RAM over the tree's")
+}

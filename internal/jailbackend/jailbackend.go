@@ -119,6 +119,9 @@ type backend struct {
 	m      *jail.Manager
 	tmp    *tmpLayer // every node's /tmp
 	legacy string    // <Dir>/tmp: the plain per-node /tmp directories of before the layer
+	// memoryMax and pidsMax limit every sandbox (jail.Spec): the tree's
+	// budget's MaxNodeRAMBytes and MaxNodePids (0: none).
+	memoryMax, pidsMax int64
 
 	// op orders the verbs that change what is held (the engine calls them
 	// under the tree's mutex already; this keeps the backend safe for
@@ -140,7 +143,8 @@ func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Ba
 	if bc.Dir == "" || !filepath.IsAbs(bc.Dir) {
 		return nil, api.Errorf(api.ErrInternal, "jail backend: directory %q must be an absolute path", bc.Dir)
 	}
-	b := &backend{legacy: filepath.Join(bc.Dir, "tmp"), nodes: map[string]*jail.Sandbox{}}
+	b := &backend{legacy: filepath.Join(bc.Dir, "tmp"), nodes: map[string]*jail.Sandbox{},
+		memoryMax: bc.Budget.MaxNodeRAMBytes, pidsMax: bc.Budget.MaxNodePids}
 	// The /tmp layer's mount before any init: an init's mount namespace
 	// (a spare's is made ahead of need) sees only the mounts made before
 	// it. A mount an earlier daemon left is detached lazily: its
@@ -264,7 +268,7 @@ func (b *backend) run(ctx context.Context, id, path string) error {
 		return err
 	}
 	// The sandbox outlives the call: ctx bounds its start only.
-	sb, err := b.m.Start(ctx, jail.Spec{Name: id, Workspace: path, Tmp: tmp})
+	sb, err := b.m.Start(ctx, jail.Spec{Name: id, Workspace: path, Tmp: tmp, MemoryMax: b.memoryMax, PidsMax: b.pidsMax})
 	if err != nil {
 		return err
 	}
@@ -457,6 +461,10 @@ func (b *backend) Exec(ctx context.Context, id string, cmd engine.Command, out f
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The sandbox's count of processes killed for its memory limit,
+	// before and after: a rise is the command's (or a sibling exec's,
+	// which the count cannot tell apart) running out of memory.
+	ooms, oomErr := sb.OOMKills()
 	w := &streams{out: out, cancel: cancel}
 	p, err := sb.Start(jail.ExecSpec{
 		Argv:    cmd.Argv,
@@ -474,6 +482,9 @@ func (b *backend) Exec(ctx context.Context, id string, cmd engine.Command, out f
 	x := api.ExecExit{ExitCode: st.Code, DurationNS: max(time.Since(start).Nanoseconds(), 1)}
 	if st.Signal != 0 {
 		x.ExitCode, x.Signal = -1, strings.TrimPrefix(unix.SignalName(st.Signal), "SIG")
+	}
+	if after, err := sb.OOMKills(); oomErr == nil && err == nil && after > ooms {
+		x.OOMKilled = true
 	}
 	if oerr := w.failed(); oerr != nil {
 		return x, fmt.Errorf("jail backend: exec output: %w", oerr)
