@@ -354,10 +354,17 @@ func (b *backend) Resume(ctx context.Context, id, path string) error {
 	if err := b.checkOpen("resume " + id); err != nil {
 		return err
 	}
-	if sb, ok := b.get(id); ok && sb != nil {
+	if err := checkID(id); err != nil {
+		return fmt.Errorf("jail backend: resume: %w", err)
+	}
+	sb, held := b.get(id)
+	if sb != nil {
 		return api.Errorf(api.ErrState, "jail backend: resume %s: already live", id)
 	}
 	if err := b.run(ctx, id, path); err != nil {
+		if held { // still suspended: its /tmp read-only again
+			err = errors.Join(err, b.tmp.setWritable(id, false))
+		}
 		return fmt.Errorf("jail backend: resume %s: %w", id, err)
 	}
 	return nil
