@@ -40,6 +40,9 @@ func TestJailTreeOverSocket(t *testing.T) {
 	}
 	child := must(api.Request{Op: api.OpTreeFork, TreeID: "jt", SourceID: tr.Root, Label: "child"})
 	t.Logf("fork of a live jail node: latency_ns %d", child.LatencyNS)
+	if child.Processes != api.ProcessesNotCarried || len(child.Forks) != 1 || child.Forks[0].Processes != api.ProcessesNotCarried {
+		t.Fatalf("a jail fork's reply says processes %q (%+v), want %q", child.Processes, child.Forks, api.ProcessesNotCarried)
+	}
 
 	out, x, err := run(child.NodeID, "echo hi; cat /workspace/f /tmp/r; echo mine > /workspace/g; echo tmp > /tmp/c")
 	if err != nil || x.ExitCode != 0 || out != "hi\nfrom the base\nroot\n" {
@@ -101,6 +104,9 @@ func TestJailTreeOverSocket(t *testing.T) {
 	}
 	for _, f := range fb.Forks {
 		t.Logf("fork_batch child %s: latency_ns %d", f.NodeID, f.LatencyNS)
+		if f.Processes != api.ProcessesNotCarried {
+			t.Fatalf("fork_batch child %s: processes %q", f.NodeID, f.Processes)
+		}
 		if out, x, err := run(f.NodeID, "hostname; cat /workspace/g"); err != nil || x.ExitCode != 0 || out != f.NodeID+"\nmine\n" {
 			t.Fatalf("exec in batch child %s: %q %+v %v", f.NodeID, out, x, err)
 		}

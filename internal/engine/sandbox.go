@@ -31,7 +31,7 @@ func (e *Engine) backendName(op, name string) (string, error) {
 }
 
 // openBackend opens tree id's backend, named name, under its directory.
-func (e *Engine) openBackend(id, name, base string) (Backend, error) {
+func (e *Engine) openBackend(id, name, base string, budget api.Budget) (Backend, error) {
 	open, ok := e.cfg.Backends[name]
 	if !ok {
 		return nil, api.Errorf(api.ErrUnavailable, "tree %s: its backend %q is not served by this daemon", id, name)
@@ -40,7 +40,7 @@ func (e *Engine) openBackend(id, name, base string) (Backend, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("tree %s: backend directory: %w: %w", id, api.ErrInternal, err)
 	}
-	b, err := open(e.ctx, BackendConfig{Tree: id, Dir: dir, Base: base})
+	b, err := open(e.ctx, BackendConfig{Tree: id, Dir: dir, Base: base, Budget: budget})
 	if err != nil {
 		return nil, fmt.Errorf("tree %s: backend %s: %w", id, name, err)
 	}

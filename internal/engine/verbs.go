@@ -313,7 +313,7 @@ func (e *Engine) createLocked(ctx context.Context, req api.Request) (api.Respons
 // by a crash of an earlier create of this id) and starts the root's
 // sandbox. On failure the backend is closed again.
 func (e *Engine) startRoot(ctx context.Context, ts *treeState) error {
-	b, err := e.openBackend(ts.id, ts.meta.Backend, ts.meta.Base)
+	b, err := e.openBackend(ts.id, ts.meta.Backend, ts.meta.Base, ts.t.Budget())
 	if err != nil {
 		return err
 	}
@@ -551,7 +551,7 @@ func (e *Engine) load(ctx context.Context, id string) (*treeState, error) {
 	if tm.Backend == "" { // trees made before backends were recorded
 		tm.Backend = BackendDir
 	}
-	b, err := e.openBackend(id, tm.Backend, tm.Base)
+	b, err := e.openBackend(id, tm.Backend, tm.Base, t.Budget())
 	if err != nil {
 		files.Close()
 		return nil, err
@@ -808,9 +808,9 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 	if ft, ok := ts.backend.(ForkTimer); ok {
 		timed = ft.LastFork()
 	}
-	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted, PauseNS: timed.Pause.Nanoseconds()}
+	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted, PauseNS: timed.Pause.Nanoseconds(), Processes: ts.backend.Caps().ForkProcesses()}
 	for i, id := range p.Created {
-		f := api.Fork{NodeID: id, Label: labels[i], Path: e.path(ts, id), LatencyNS: max(ready.Nanoseconds(), 1)}
+		f := api.Fork{NodeID: id, Label: labels[i], Path: e.path(ts, id), LatencyNS: max(ready.Nanoseconds(), 1), Processes: r.Processes}
 		if i < len(timed.Starts) {
 			f.StartNS = timed.Starts[i].Nanoseconds()
 		}

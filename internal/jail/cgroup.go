@@ -100,6 +100,24 @@ func hasCgroupKill(v2, self string) bool {
 	return major > 5 || (major == 5 && minor >= 14)
 }
 
+// swapLimited reports whether the memory controller accounts swap (v1
+// memory.memsw.*, with swapaccount; cgroup2 memory.swap.max, on a kernel
+// with swap): only then can a memory limit keep a sandbox from swapping
+// past it, and only then may it be set.
+func (h *hierarchy) swapLimited() bool {
+	var p string
+	switch {
+	case h.mode == cgroups.Unified:
+		p = filepath.Join(h.v2, h.v2Self, "memory.swap.max")
+	case h.hasV1(cgroup1.Memory):
+		p = filepath.Join(v1Root, string(cgroup1.Memory), h.v1Self[cgroup1.Memory], "memory.memsw.limit_in_bytes")
+	default:
+		return false
+	}
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 func (h *hierarchy) hasV1(n cgroup1.Name) bool {
 	for _, c := range h.v1 {
 		if c == n {
@@ -204,6 +222,12 @@ func (g *group) setLimits(lim limits) error {
 		res := &cgroup2.Resources{}
 		if lim.MemoryMax > 0 {
 			res.Memory = &cgroup2.Memory{Max: &lim.MemoryMax}
+			if g.h.swapLimited() {
+				// The limit is of memory, not of what swap can hold
+				// beside it: past it a process is killed, not swapped.
+				var none int64
+				res.Memory.Swap = &none
+			}
 		}
 		if lim.PidsMax > 0 {
 			res.Pids = &cgroup2.Pids{Max: lim.PidsMax}
@@ -225,6 +249,9 @@ func (g *group) setLimits(lim limits) error {
 	res := &specs.LinuxResources{}
 	if lim.MemoryMax > 0 {
 		res.Memory = &specs.LinuxMemory{Limit: &lim.MemoryMax}
+		if g.h.swapLimited() {
+			res.Memory.Swap = &lim.MemoryMax // memory and swap together: no swap
+		}
 	}
 	if lim.PidsMax > 0 {
 		res.Pids = &specs.LinuxPids{Limit: &lim.PidsMax}
@@ -400,6 +427,32 @@ func (g *group) memory() (int64, error) {
 		return 0, fmt.Errorf("no memory controller on this host")
 	}
 	return readInt(p)
+}
+
+// oomKills is how many of the group's processes the kernel killed for its
+// memory limit, its descendants' included: oom_kill in v1's
+// memory.oom_control (kernels from 4.13) where the host has the v1 memory
+// controller, else in cgroup2's memory.events.
+func (g *group) oomKills() (int64, error) {
+	var p string
+	switch {
+	case g.v1 != nil && g.h.hasV1(cgroup1.Memory):
+		p = filepath.Join(g.h.v1Path(cgroup1.Memory, g.rel), "memory.oom_control")
+	case g.v2 != nil && g.h.mode == cgroups.Unified:
+		p = filepath.Join(g.h.v2Path(g.rel), "memory.events")
+	default:
+		return 0, fmt.Errorf("no memory controller on this host")
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no oom_kill count (kernel before 4.13?)", p)
 }
 
 // pids counts the group's processes (not threads: a v1 pids.current

@@ -1,45 +1,3 @@
-// Package jailbackend is the engine's jail backend: every live node of a
-// jail tree is a process sandbox (internal/jail) over the node's files.
-// It joins the two without either importing the other: engine defines the
-// Backend seam, jail the sandbox, and this adapter implements the one with
-// the other.
-//
-// # What a node is here
-//
-// A live node is a jail.Sandbox named by the node's id, with the node's
-// files path at /workspace and a per-node directory at /tmp. A suspended
-// node is its /tmp directory alone (its sandbox stopped: its processes
-// ended, its files and /tmp kept). A stopped node is nothing: its sandbox
-// is stopped and its /tmp removed.
-//
-// Each tree has a jail.Manager of its own, labelled by the tree's id and a
-// hash of the backend's directory (so that two daemons on one host, with
-// trees of the same id, never share or reap each other's cgroups). At open
-// the manager reaps what a killed daemon left under the label; every /tmp
-// directory found then is a node held suspended, which reconcile resumes
-// (a live node, LostRestart) or stops (a node the tree no longer has).
-//
-// # Not yet (issue 11)
-//
-//   - /tmp is a plain directory under the backend's directory, not a
-//     copy-on-write layer: a fork's children start with an empty /tmp, not
-//     the source's as of the fork, and Commit carries nothing into the
-//     parent (it succeeds and is idempotent). The O(1) /tmp layer is later
-//     work.
-//   - A fork carries no processes: children start with nothing running
-//     (processes: not carried; that is the vm backend's job). The fork
-//     reply does not say so on the wire yet.
-//   - One spare init per tree (jail.Config.Spares) is kept started ahead
-//     of need, so a tree's first start skips the init's cold start.
-//
-// # Fork
-//
-// Fork freezes the source (its cgroup's freezer), runs the files' fork and
-// thaws the source, then starts the children. The children's start needs
-// nothing of the source's state as of the pause besides the files already
-// forked (and, later, the /tmp layer forked inside the same pause), so it
-// happens after the thaw: the source is paused for the files' fork only,
-// not for the children's sandbox starts (6 to 15 ms each).
 package jailbackend
 
 import (
@@ -119,6 +77,9 @@ type backend struct {
 	m      *jail.Manager
 	tmp    *tmpLayer // every node's /tmp
 	legacy string    // <Dir>/tmp: the plain per-node /tmp directories of before the layer
+	// memoryMax and pidsMax limit every sandbox (jail.Spec): the tree's
+	// budget's MaxNodeRAMBytes and MaxNodePids (0: none).
+	memoryMax, pidsMax int64
 
 	// op orders the verbs that change what is held (the engine calls them
 	// under the tree's mutex already; this keeps the backend safe for
@@ -141,7 +102,8 @@ func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Ba
 	if bc.Dir == "" || !filepath.IsAbs(bc.Dir) {
 		return nil, api.Errorf(api.ErrInternal, "jail backend: directory %q must be an absolute path", bc.Dir)
 	}
-	b := &backend{legacy: filepath.Join(bc.Dir, "tmp"), nodes: map[string]*jail.Sandbox{}}
+	b := &backend{legacy: filepath.Join(bc.Dir, "tmp"), nodes: map[string]*jail.Sandbox{},
+		memoryMax: bc.Budget.MaxNodeRAMBytes, pidsMax: bc.Budget.MaxNodePids}
 	// The /tmp layer's mount before any init: an init's mount namespace
 	// (a spare's is made ahead of need) sees only the mounts made before
 	// it. A mount an earlier daemon left is detached lazily: its
@@ -265,7 +227,7 @@ func (b *backend) run(ctx context.Context, id, path string) error {
 		return err
 	}
 	// The sandbox outlives the call: ctx bounds its start only.
-	sb, err := b.m.Start(ctx, jail.Spec{Name: id, Workspace: path, Tmp: tmp})
+	sb, err := b.m.Start(ctx, jail.Spec{Name: id, Workspace: path, Tmp: tmp, MemoryMax: b.memoryMax, PidsMax: b.pidsMax})
 	if err != nil {
 		return err
 	}
@@ -397,10 +359,17 @@ func (b *backend) Resume(ctx context.Context, id, path string) error {
 	if err := b.checkOpen("resume " + id); err != nil {
 		return err
 	}
-	if sb, ok := b.get(id); ok && sb != nil {
+	if err := checkID(id); err != nil {
+		return fmt.Errorf("jail backend: resume: %w", err)
+	}
+	sb, held := b.get(id)
+	if sb != nil {
 		return api.Errorf(api.ErrState, "jail backend: resume %s: already live", id)
 	}
 	if err := b.run(ctx, id, path); err != nil {
+		if held { // still suspended: its /tmp read-only again
+			err = errors.Join(err, b.tmp.setWritable(id, false))
+		}
 		return fmt.Errorf("jail backend: resume %s: %w", id, err)
 	}
 	return nil
@@ -462,6 +431,10 @@ func (b *backend) Exec(ctx context.Context, id string, cmd engine.Command, out f
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The sandbox's count of processes killed for its memory limit,
+	// before and after: a rise is the command's (or a sibling exec's,
+	// which the count cannot tell apart) running out of memory.
+	ooms, oomErr := sb.OOMKills()
 	w := &streams{out: out, cancel: cancel}
 	p, err := sb.Start(jail.ExecSpec{
 		Argv:    cmd.Argv,
@@ -479,6 +452,9 @@ func (b *backend) Exec(ctx context.Context, id string, cmd engine.Command, out f
 	x := api.ExecExit{ExitCode: st.Code, DurationNS: max(time.Since(start).Nanoseconds(), 1)}
 	if st.Signal != 0 {
 		x.ExitCode, x.Signal = -1, strings.TrimPrefix(unix.SignalName(st.Signal), "SIG")
+	}
+	if after, err := sb.OOMKills(); oomErr == nil && err == nil && after > ooms {
+		x.OOMKilled = true
 	}
 	if oerr := w.failed(); oerr != nil {
 		return x, fmt.Errorf("jail backend: exec output: %w", oerr)
