@@ -86,8 +86,9 @@ type Config struct {
 	Workdir string
 	// Out receives the printed summary. Default: discarded.
 	Out io.Writer
-	// Python is the interpreter the agents run, a name on PATH or a path.
-	// Default: python3.
+	// Python is the interpreter the agents run on dir, a name on PATH or a
+	// path (it must exist on the host either way). In a sandbox they run
+	// its root's python3. Default: python3.
 	Python string
 	// VendoredBytes is the size of build-artifacts/vendored.bin.
 	// Default: DefaultVendoredBytes.
