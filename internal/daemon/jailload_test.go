@@ -408,6 +408,21 @@ func TestJailCrash(t *testing.T) {
 	if forks == 0 || execs == 0 {
 		t.Errorf("no fork or no exec acknowledged in %d rounds: the loops did not run", rounds)
 	}
+	// A graceful stop leaves no cgroup of the label behind, those the
+	// killed daemons left included (reaped at each restart).
+	cl = client.New(sock)
+	defer cl.Close()
+	if _, err := cl.Do(ctx, api.Request{Op: api.OpShutdown}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the daemon did not exit after shutdown")
+	}
+	if left := jailCgroups(t, label); len(left) > 0 {
+		t.Errorf("cgroups left after the daemon stopped: %v", left)
+	}
 }
 
 // checkJailCrash checks a restarted daemon's jail tree "jc" (see
