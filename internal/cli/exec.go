@@ -51,6 +51,9 @@ not_supported (it needs backend jail or vm).`,
 			if err != nil {
 				return err
 			}
+			if x.OOMKilled {
+				fmt.Fprintln(e.stderr, "out of memory: the kernel killed a process of the node at its limit (budget max_node_ram_bytes)")
+			}
 			if x.Signal != "" {
 				fmt.Fprintf(e.stderr, "signal: %s\n", x.Signal)
 				if n := unix.SignalNum("SIG" + x.Signal); n != 0 {

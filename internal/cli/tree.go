@@ -98,6 +98,8 @@ limit: a --max-disk budget is exact, every write metered by the daemon).`,
 	f.IntVar(&b.MaxLiveNodes, "max-live", 0, "budget: max live nodes (0: default)")
 	f.Int64Var(&b.MaxLiveRAMBytes, "max-ram", 0, "budget: max live RAM in bytes (0: default)")
 	f.Int64Var(&b.MaxDiskBytes, "max-disk", 0, "budget: max disk in bytes, enforced exactly (every write metered by the daemon); 0: no limit")
+	f.Int64Var(&b.MaxNodeRAMBytes, "max-node-ram", 0, "budget: memory each live node's processes may hold, in bytes (jail; 0: --max-ram)")
+	f.Int64Var(&b.MaxNodePids, "max-node-pids", 0, "budget: processes and threads each live node may run (jail; 0: default 4096)")
 	cmd.MarkFlagRequired("base")
 	cmd.MarkFlagDirname("base")
 	cmd.RegisterFlagCompletionFunc("backend", cobra.FixedCompletions([]string{"dir", "jail"}, cobra.ShellCompDirectiveNoFileComp))
@@ -189,7 +191,7 @@ func (e *env) treeRollbackCmd() *cobra.Command {
 func printForks(w io.Writer, resp api.Response) {
 	forks := resp.Forks
 	if len(forks) == 0 && resp.NodeID != "" {
-		forks = []api.Fork{{NodeID: resp.NodeID, Path: resp.Path, LatencyNS: resp.LatencyNS}}
+		forks = []api.Fork{{NodeID: resp.NodeID, Path: resp.Path, LatencyNS: resp.LatencyNS, Processes: resp.Processes}}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tLABEL\tLATENCY\tPATH")
@@ -199,6 +201,9 @@ func printForks(w io.Writer, resp api.Response) {
 	tw.Flush()
 	if resp.LatencyNS != 0 && len(forks) > 1 {
 		fmt.Fprintf(w, "batch: %s\n", time.Duration(resp.LatencyNS))
+	}
+	if p := resp.Processes; p != "" {
+		fmt.Fprintf(w, "processes: %s\n", p)
 	}
 }
 

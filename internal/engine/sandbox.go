@@ -31,8 +31,8 @@ func (e *Engine) backendName(op, name string) (string, error) {
 }
 
 // openBackend opens tree id's backend, the one its metadata names, under
-// its directory.
-func (e *Engine) openBackend(id string, tm treeMeta) (Backend, error) {
+// its directory, with the tree's budget (normalized: its defaults filled).
+func (e *Engine) openBackend(id string, tm treeMeta, budget api.Budget) (Backend, error) {
 	name := tm.Backend
 	open, ok := e.cfg.Backends[name]
 	if !ok {
@@ -42,7 +42,7 @@ func (e *Engine) openBackend(id string, tm treeMeta) (Backend, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("tree %s: backend directory: %w: %w", id, api.ErrInternal, err)
 	}
-	b, err := open(e.ctx, BackendConfig{Tree: id, Dir: dir, Base: tm.Base, Image: tm.Image, Network: tm.Network})
+	b, err := open(e.ctx, BackendConfig{Tree: id, Dir: dir, Base: tm.Base, Image: tm.Image, Network: tm.Network, Budget: budget})
 	if err != nil {
 		return nil, fmt.Errorf("tree %s: backend %s: %w", id, name, err)
 	}

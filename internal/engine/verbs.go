@@ -323,7 +323,7 @@ func (e *Engine) createLocked(ctx context.Context, req api.Request) (api.Respons
 // by a crash of an earlier create of this id) and starts the root's
 // sandbox. On failure the backend is closed again.
 func (e *Engine) startRoot(ctx context.Context, ts *treeState) error {
-	b, err := e.openBackend(ts.id, ts.meta)
+	b, err := e.openBackend(ts.id, ts.meta, ts.t.Budget())
 	if err != nil {
 		return err
 	}
@@ -561,7 +561,7 @@ func (e *Engine) load(ctx context.Context, id string) (*treeState, error) {
 	if tm.Backend == "" { // trees made before backends were recorded
 		tm.Backend = BackendDir
 	}
-	b, err := e.openBackend(id, tm)
+	b, err := e.openBackend(id, tm, t.Budget())
 	if err != nil {
 		files.Close()
 		return nil, err
@@ -814,9 +814,17 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 		unwind()
 		return api.Response{}, err
 	}
-	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted}
+	var timed ForkTimings
+	if ft, ok := ts.backend.(ForkTimer); ok {
+		timed = ft.LastFork()
+	}
+	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted, PauseNS: timed.Pause.Nanoseconds(), Processes: ts.backend.Caps().ForkProcesses()}
 	for i, id := range p.Created {
-		r.Forks = append(r.Forks, api.Fork{NodeID: id, Label: labels[i], Path: e.path(ts, id), LatencyNS: max(ready.Nanoseconds(), 1)})
+		f := api.Fork{NodeID: id, Label: labels[i], Path: e.path(ts, id), LatencyNS: max(ready.Nanoseconds(), 1), Processes: r.Processes}
+		if i < len(timed.Starts) {
+			f.StartNS = timed.Starts[i].Nanoseconds()
+		}
+		r.Forks = append(r.Forks, f)
 		e.emit(ts, "fork", id)
 	}
 	e.emitEvicted(ts, p)

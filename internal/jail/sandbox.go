@@ -550,6 +550,10 @@ func (s *Sandbox) Frozen() bool {
 // MemoryBytes is the memory charged to the sandbox's cgroup.
 func (s *Sandbox) MemoryBytes() (int64, error) { return s.g.memory() }
 
+// OOMKills is how many of the sandbox's processes the kernel has killed
+// for its memory limit (Spec.MemoryMax).
+func (s *Sandbox) OOMKills() (int64, error) { return s.g.oomKills() }
+
 // PidCount is the number of processes in the sandbox, init included.
 func (s *Sandbox) PidCount() (int, error) { return s.g.pids() }
 
