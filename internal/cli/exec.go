@@ -176,6 +176,9 @@ func (e *env) exec(tree, node string, argv []string, o execOpts) error {
 
 // exitStatus makes how a command ended arbor's exit status.
 func exitStatus(e *env, x api.ExecExit) error {
+	if x.OOMKilled {
+		fmt.Fprintln(e.stderr, "out of memory: the kernel killed a process of the node at its limit (budget max_node_ram_bytes)")
+	}
 	if x.Signal != "" {
 		fmt.Fprintf(e.stderr, "signal: %s\n", x.Signal)
 		if n := unix.SignalNum("SIG" + x.Signal); n != 0 {

@@ -19,21 +19,21 @@ import (
 	"github.com/arbor-dev/arbor/internal/nodefs"
 )
 
-// nodeTmp is the host directory of node id's /tmp: the one place that
-// knows where it lives (the sandbox's start, the files API).
-func (b *backend) nodeTmp(id string) string { return filepath.Join(b.tmp, id) }
-
 // NodeFiles shows a node as its processes see it: its files at
 // /workspace (and at any path under no other prefix), its /tmp at /tmp
 // (engine.FileServer).
 func (b *backend) NodeFiles(id, filesPath string) (engine.NodeFiles, error) {
-	if err := jail.CheckName(id); err != nil {
+	if err := checkID(id); err != nil {
 		return nil, err
 	}
 	if _, ok := b.get(id); !ok {
 		return nil, api.Errorf(api.ErrNotFound, "jail backend: files of %s: not held", id)
 	}
-	return nodefs.New(nodefs.Root{Prefix: "/workspace", Dir: filesPath}, nodefs.Root{Prefix: "/tmp", Dir: b.nodeTmp(id)})
+	tmp, err := b.TmpPath(id)
+	if err != nil {
+		return nil, err
+	}
+	return nodefs.New(nodefs.Root{Prefix: "/workspace", Dir: filesPath}, nodefs.Root{Prefix: "/tmp", Dir: tmp})
 }
 
 // Limits of background processes.
