@@ -166,15 +166,7 @@ func TestFilesOverFaces(t *testing.T) {
 // tree's node is theirs, not the daemon's.
 func TestFilesOwner(t *testing.T) {
 	testenv.NeedFUSE(t)
-	dir := tempDir(t)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	home, sockDir := filepath.Join(dir, "home"), filepath.Join(dir, "run")
-	if err := os.Mkdir(sockDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(sockDir, "arbord.sock")
+	dir, home, sock := sharedDirs(t)
 	theirs, mine := filepath.Join(dir, "theirs"), filepath.Join(dir, "mine")
 	for _, p := range []string{theirs, mine} {
 		if err := os.Mkdir(p, 0o755); err != nil {
