@@ -26,14 +26,29 @@ type Budget struct {
 	MaxLiveNodes    int   `json:"max_live_nodes,omitempty"`
 	MaxLiveRAMBytes int64 `json:"max_live_ram_bytes,omitempty"`
 	MaxDiskBytes    int64 `json:"max_disk_bytes,omitempty"`
+	// MaxNodeRAMBytes and MaxNodePids limit each live node of a backend
+	// that runs processes (jail: its sandbox's cgroup): the memory its
+	// processes may hold, past which the kernel kills one (the exec's
+	// exit says oom_killed), and the tasks (processes and threads) it may
+	// run, past which fork fails with EAGAIN. MaxNodeRAMBytes defaults to
+	// MaxLiveRAMBytes (no node may hold more than the whole tree may) and
+	// may not exceed it; MaxNodePids defaults to DefaultBudget's and is at
+	// least MinNodePids.
+	MaxNodeRAMBytes int64 `json:"max_node_ram_bytes,omitempty"`
+	MaxNodePids     int64 `json:"max_node_pids,omitempty"`
 }
 
-// DefaultBudget is k7d's default for live nodes and RAM. It sets no disk
+// MinNodePids is the least Budget.MaxNodePids: a sandbox's own init runs
+// a few threads inside the limit.
+const MinNodePids = 16
+
+// DefaultBudget is k7d's default for live nodes and RAM, and 4,096 tasks
+// per node (enough for a parallel build, not for a fork bomb). It sets no disk
 // limit (k7d's is 32 GiB): a disk budget is enforced exactly, every write
 // of the tree's branches metered by the daemon (no FUSE passthrough for
 // writers, about 9x the cost of a 4 KiB write), so it is asked for, not
 // imposed (docs/BENCHMARKS.md, the disk budget).
-var DefaultBudget = Budget{MaxLiveNodes: 8, MaxLiveRAMBytes: 8 << 30}
+var DefaultBudget = Budget{MaxLiveNodes: 8, MaxLiveRAMBytes: 8 << 30, MaxNodePids: 4096}
 
 // Usage is what a node or tree holds.
 type Usage struct {
@@ -70,6 +85,10 @@ type Tree struct {
 	OwnerUID uint32 `json:"owner_uid"`
 	Usage    Usage  `json:"usage"`
 	Budget   Budget `json:"budget"`
+	// Image is the root filesystem a jail tree's sandboxes run on (empty:
+	// the host's), Network their network (empty: NetworkNone).
+	Image   string `json:"image,omitempty"`
+	Network string `json:"network,omitempty"`
 }
 
 // Request is one JSON-lines request; Op selects the verb and the other fields
@@ -121,6 +140,16 @@ type Request struct {
 	Recursive bool   `json:"recursive,omitempty"`
 	Parents   bool   `json:"parents,omitempty"`
 
+	// tree_create: the image a jail tree's sandboxes run on (empty or
+	// "host": the host's root) and their network (NetworkNone, the
+	// default, or NetworkOutbound). image_build, image_rm: Image names
+	// the image; image_build builds it from Suite, Variant and Packages.
+	Image    string   `json:"image,omitempty"`
+	Network  string   `json:"network,omitempty"`
+	Suite    string   `json:"suite,omitempty"`
+	Variant  string   `json:"variant,omitempty"`
+	Packages []string `json:"packages,omitempty"`
+
 	// Workspace ops (arbor mount, create, ...): the mount and branch they act on.
 	Mountpoint string `json:"mountpoint,omitempty"`
 	Branch     string `json:"branch,omitempty"`
@@ -169,33 +198,53 @@ type Fork struct {
 	Label     string `json:"label,omitempty"`
 	Path      string `json:"path,omitempty"`
 	LatencyNS int64  `json:"latency_ns"`
+	// StartNS is how long the child's sandbox took to start, where the
+	// backend runs one per node and measures it (jail).
+	StartNS int64 `json:"start_ns,omitempty"`
+	// Processes says whether the child started with its source's running
+	// processes (ProcessesCarried, ProcessesNotCarried); empty where the
+	// tree's backend runs none (dir).
+	Processes string `json:"processes,omitempty"`
 }
+
+// What a fork did with its source's processes (Fork.Processes).
+const (
+	// ProcessesCarried: the children run what the source ran, memory
+	// and all (a microVM backend).
+	ProcessesCarried = "carried"
+	// ProcessesNotCarried: the children start with their source's files
+	// (and a jail's /tmp) and nothing running.
+	ProcessesNotCarried = "not carried"
+)
 
 // Response is one JSON-lines reply. Status is "ok", "error", or the verb's
 // reply name (tree_created, tree_forked, ...); the other fields are set as the
 // verb fills them.
 type Response struct {
-	Status    string   `json:"status"`
-	Code      string   `json:"code,omitempty"`
-	Message   string   `json:"message,omitempty"`
-	Version   string   `json:"version,omitempty"`
-	TreeID    string   `json:"tree_id,omitempty"`
-	NodeID    string   `json:"node_id,omitempty"`
-	Root      string   `json:"root,omitempty"`
-	Path      string   `json:"path,omitempty"`
-	LatencyNS int64    `json:"latency_ns,omitempty"`
-	Forks     []Fork   `json:"forks,omitempty"`
-	Nodes     []Node   `json:"nodes,omitempty"`
-	Trees     []Tree   `json:"trees,omitempty"`
-	Evicted   []string `json:"evicted,omitempty"`
-	Stale     []string `json:"stale,omitempty"`
-	Usage     *Usage   `json:"usage,omitempty"`
-	Budget    *Budget  `json:"budget,omitempty"`
-	Event     *Event   `json:"event,omitempty"`
-	Branch    string   `json:"branch,omitempty"`
-	Branches  []Branch `json:"branches,omitempty"`
-	Changes   []Change `json:"changes,omitempty"`
-	Mounts    []Mount  `json:"mounts,omitempty"`
+	Status    string `json:"status"`
+	Code      string `json:"code,omitempty"`
+	Message   string `json:"message,omitempty"`
+	Version   string `json:"version,omitempty"`
+	TreeID    string `json:"tree_id,omitempty"`
+	NodeID    string `json:"node_id,omitempty"`
+	Root      string `json:"root,omitempty"`
+	Path      string `json:"path,omitempty"`
+	LatencyNS int64  `json:"latency_ns,omitempty"`
+	// PauseNS is how long a fork held its running source paused, where
+	// the backend measures it (jail).
+	PauseNS  int64    `json:"pause_ns,omitempty"`
+	Forks    []Fork   `json:"forks,omitempty"`
+	Nodes    []Node   `json:"nodes,omitempty"`
+	Trees    []Tree   `json:"trees,omitempty"`
+	Evicted  []string `json:"evicted,omitempty"`
+	Stale    []string `json:"stale,omitempty"`
+	Usage    *Usage   `json:"usage,omitempty"`
+	Budget   *Budget  `json:"budget,omitempty"`
+	Event    *Event   `json:"event,omitempty"`
+	Branch   string   `json:"branch,omitempty"`
+	Branches []Branch `json:"branches,omitempty"`
+	Changes  []Change `json:"changes,omitempty"`
+	Mounts   []Mount  `json:"mounts,omitempty"`
 	// Output is one chunk of a tree_exec's output (Status StatusExecOutput).
 	Output *ExecOutput `json:"output,omitempty"`
 	// Exit ends a tree_exec's stream (Status StatusExecExit).
@@ -210,9 +259,19 @@ type Response struct {
 	// exec_logs); ProcessList is exec_list's.
 	ProcessID   string    `json:"process_id,omitempty"`
 	ProcessList []Process `json:"process_list,omitempty"`
+	// Images lists images (image_list); Image is the one image_build
+	// built (Cached: it was built before from the same inputs).
+	Images []Image `json:"images,omitempty"`
+	Image  *Image  `json:"image,omitempty"`
+	Cached bool    `json:"cached,omitempty"`
+	// Progress is one line of an image_build's progress (Status
+	// StatusImageProgress).
+	Progress string `json:"progress,omitempty"`
 	// AlreadyMounted: ws_mount found the same base already mounted at the
 	// mountpoint (as a restarted daemon re-establishes it) and left it as is.
 	AlreadyMounted bool `json:"already_mounted,omitempty"`
+	// Processes is a fork's Fork.Processes, the same for all its children.
+	Processes string `json:"processes,omitempty"`
 }
 
 // OK is the Status of a reply that carries nothing but success.
@@ -241,6 +300,10 @@ type ExecExit struct {
 	// Signal names the signal that ended it ("KILL"), empty otherwise.
 	Signal     string `json:"signal,omitempty"`
 	DurationNS int64  `json:"duration_ns"`
+	// OOMKilled: while the command ran, the kernel killed a process of
+	// its node for the node's memory limit (the budget's
+	// max_node_ram_bytes): the command itself, or one it waited for.
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // Input is one line a client sends after a request with Input set: a
@@ -320,4 +383,32 @@ type Event struct {
 	TreeID string `json:"tree_id"`
 	NodeID string `json:"node_id,omitempty"`
 	TimeNS int64  `json:"time_unix_ns"`
+}
+
+// Networks of a jail tree's sandboxes (tree_create's "network").
+const (
+	// NetworkNone: loopback only (the default).
+	NetworkNone = "none"
+	// NetworkOutbound: outbound connections through a user-mode stack
+	// (pasta), which also maps the gateway's address to the host's
+	// loopback.
+	NetworkOutbound = "outbound"
+)
+
+// StatusImageProgress is the status of each streamed image_build
+// progress line.
+const StatusImageProgress = "image_progress"
+
+// Image is a root filesystem image built from Debian packages.
+type Image struct {
+	Name string `json:"name"`
+	// ID is the hash of the inputs it was built from.
+	ID        string   `json:"id"`
+	Suite     string   `json:"suite"`
+	Variant   string   `json:"variant"`
+	Packages  []string `json:"packages,omitempty"`
+	Mirror    string   `json:"mirror"`
+	HookID    string   `json:"hook_id,omitempty"`
+	BuiltAtNS int64    `json:"built_at_unix_ns"`
+	SizeBytes int64    `json:"size_bytes"`
 }

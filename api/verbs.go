@@ -32,17 +32,22 @@ const (
 	// OpTreeExec runs a command in a live node's sandbox; its reply is a
 	// stream (StatusExecOutput lines, then one StatusExecExit line), like
 	// tree_watch's.
-	OpTreeExec  = "tree_exec"
-	OpShutdown  = "shutdown" // ask the daemon to exit: root and the daemon's uid, over the socket only
-	OpWsMount   = "ws_mount" // workspace ops, behind arbor mount/create/diff/commit/abort/switch/list/unmount
-	OpWsUnmount = "ws_unmount"
-	OpWsCreate  = "ws_create"
-	OpWsCommit  = "ws_commit"
-	OpWsAbort   = "ws_abort"
-	OpWsSwitch  = "ws_switch"
-	OpWsList    = "ws_list"
-	OpWsDiff    = "ws_diff"
-	OpWsMounts  = "ws_mounts"
+	OpTreeExec = "tree_exec"
+	// OpImageBuild builds a root filesystem image; its reply is a stream
+	// of StatusImageProgress lines, then one "image_built".
+	OpImageBuild = "image_build"
+	OpImageList  = "image_list"
+	OpImageRm    = "image_rm"
+	OpShutdown   = "shutdown" // ask the daemon to exit: root and the daemon's uid, over the socket only
+	OpWsMount    = "ws_mount" // workspace ops, behind arbor mount/create/diff/commit/abort/switch/list/unmount
+	OpWsUnmount  = "ws_unmount"
+	OpWsCreate   = "ws_create"
+	OpWsCommit   = "ws_commit"
+	OpWsAbort    = "ws_abort"
+	OpWsSwitch   = "ws_switch"
+	OpWsList     = "ws_list"
+	OpWsDiff     = "ws_diff"
+	OpWsMounts   = "ws_mounts"
 
 	// The files of a node (paths resolved inside the node, never outside).
 	// file_read's reply is a stream (StatusFileData lines, then one
@@ -124,11 +129,14 @@ type TreeCreateBody struct {
 	Base    string  `json:"base"`
 	Backend string  `json:"backend,omitempty"`
 	Budget  *Budget `json:"budget,omitempty"`
+	Image   string  `json:"image,omitempty"`
+	Network string  `json:"network,omitempty"`
 }
 
 // Fill implements Body.
 func (b *TreeCreateBody) Fill(r *Request) error {
 	r.TreeID, r.Base, r.Backend, r.Budget = b.TreeID, b.Base, b.Backend, b.Budget
+	r.Image, r.Network = b.Image, b.Network
 	return nil
 }
 
@@ -227,7 +235,7 @@ var (
 	fTree   = []string{"tree_id"}
 	fNode   = []string{"tree_id", "node_id"}
 	rNode   = []string{"tree_id", "node_id"}
-	rFork   = []string{"tree_id", "node_id", "path", "latency_ns", "forks", "evicted"}
+	rFork   = []string{"tree_id", "node_id", "path", "latency_ns", "pause_ns", "forks", "processes", "evicted"}
 	rNodes  = []string{"tree_id", "root", "nodes", "usage", "budget"}
 	rBranch = []string{"tree_id", "node_id", "branch", "path"}
 	fPath   = []string{"tree_id", "node_id", "path"}
@@ -236,10 +244,10 @@ var (
 
 var verbTable = []Verb{
 	{Op: OpPing, Reply: "pong", ReadOnly: true, ReplyFields: []string{"version"}, Method: "GET", Path: "/v1/version"},
-	{Op: OpTreeCreate, Reply: "tree_created", Request: []string{"tree_id", "base", "backend", "budget"},
+	{Op: OpTreeCreate, Reply: "tree_created", Request: []string{"tree_id", "base", "backend", "budget", "image", "network"},
 		ReplyFields: []string{"tree_id", "root", "node_id", "path"}, Method: "POST", Path: "/v1/trees", Created: true,
 		Body: func(r Request) Body {
-			return &TreeCreateBody{TreeID: r.TreeID, Base: r.Base, Backend: r.Backend, Budget: r.Budget}
+			return &TreeCreateBody{TreeID: r.TreeID, Base: r.Base, Backend: r.Backend, Budget: r.Budget, Image: r.Image, Network: r.Network}
 		}},
 	{Op: OpTreeList, Reply: "tree_list", ReadOnly: true, ReplyFields: []string{"trees"}, Method: "GET", Path: "/v1/trees"},
 	{Op: OpTreeNodes, Reply: "tree_node_list", ReadOnly: true, Request: fTree, ReplyFields: rNodes, Method: "GET", Path: treePath},
@@ -278,6 +286,10 @@ var verbTable = []Verb{
 		Body: func(r Request) Body {
 			return &ExecBody{Argv: r.Argv, Env: r.Env, Cwd: r.Cwd, TimeoutNS: r.TimeoutNS, Stdin: r.Stdin, Detach: r.Detach}
 		}},
+	{Op: OpImageBuild, Reply: "image_built", Stream: true, Request: []string{"image", "suite", "variant", "packages"},
+		ReplyFields: []string{"image", "cached", "progress"}},
+	{Op: OpImageList, Reply: "image_list", ReadOnly: true, ReplyFields: []string{"images"}},
+	{Op: OpImageRm, Reply: StatusOK, Request: []string{"image"}, ReplyFields: []string{"image"}},
 	{Op: OpWsMount, Reply: "ws_mounted", Request: []string{"base", "mountpoint", "branch", "budget", "durable", "quota_bytes"},
 		ReplyFields: []string{"tree_id", "node_id", "path", "branch", "already_mounted"}},
 	{Op: OpWsUnmount, Reply: StatusOK, Request: []string{"mountpoint"}, ReplyFields: fTree},

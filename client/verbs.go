@@ -58,7 +58,7 @@ func oneFork(r api.Response, err error) (api.Fork, error) {
 		return r.Forks[0], nil
 	}
 	if r.NodeID != "" {
-		return api.Fork{NodeID: r.NodeID, Path: r.Path, LatencyNS: r.LatencyNS}, nil
+		return api.Fork{NodeID: r.NodeID, Path: r.Path, LatencyNS: r.LatencyNS, Processes: r.Processes}, nil
 	}
 	return api.Fork{}, fmt.Errorf("arbor client: fork reply names no node (status %q)", r.Status)
 }

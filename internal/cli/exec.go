@@ -33,7 +33,8 @@ node's files. A tree of backend dir runs no processes: exec is refused with
 not_supported (it needs backend jail or vm).
 
 Standard input is forwarded when it is not a terminal (a pipe, a file), or
-with -i always. -t runs the command on a terminal of the sandbox (a pty, as
+with -i always; -n forwards none (as ssh -n: in a loop reading a file,
+exec would otherwise take the rest of it). -t runs the command on a terminal of the sandbox (a pty, as
 large as arbor's own, resized with it; arbor's terminal is put in raw mode
 while it runs): -it for an interactive program. --detach starts the command
 in the background and prints its process id: it runs while the node is live
@@ -54,6 +55,7 @@ in the background and prints its process id: it runs while the node is live
 	cmd.Flags().BoolVarP(&o.stdin, "interactive", "i", false, "forward standard input even from a terminal")
 	cmd.Flags().BoolVarP(&o.tty, "tty", "t", false, "run the command on a terminal (a pty)")
 	cmd.Flags().BoolVar(&o.detach, "detach", false, "start the command in the background and print its process id")
+	cmd.Flags().BoolVarP(&o.noStdin, "no-stdin", "n", false, "forward no standard input (the command reads an empty one)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return e.exec(args[0], args[1], args[2:], o)
 	}
@@ -65,6 +67,7 @@ type execOpts struct {
 	env                []string
 	timeout            time.Duration
 	stdin, tty, detach bool
+	noStdin            bool
 }
 
 // shellCmd is arbor shell TREE NODE: exec -it of the sandbox's shell.
@@ -115,7 +118,10 @@ func (e *env) exec(tree, node string, argv []string, o execOpts) error {
 	}
 	inFD, inTerm := terminal(e.stdin)
 	var stdin io.Reader
-	if o.stdin || o.tty || !inTerm {
+	if o.noStdin && (o.stdin || o.tty) {
+		return usagef("arbor exec: -n forwards no input: not with -i or -t")
+	}
+	if (o.stdin || o.tty || !inTerm) && !o.noStdin {
 		stdin = e.stdin
 	}
 	var resize chan api.Input
@@ -176,6 +182,9 @@ func (e *env) exec(tree, node string, argv []string, o execOpts) error {
 
 // exitStatus makes how a command ended arbor's exit status.
 func exitStatus(e *env, x api.ExecExit) error {
+	if x.OOMKilled {
+		fmt.Fprintln(e.stderr, "out of memory: the kernel killed a process of the node at its limit (budget max_node_ram_bytes)")
+	}
 	if x.Signal != "" {
 		fmt.Fprintf(e.stderr, "signal: %s\n", x.Signal)
 		if n := unix.SignalNum("SIG" + x.Signal); n != 0 {

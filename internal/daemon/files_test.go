@@ -13,6 +13,7 @@ import (
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
 	"github.com/arbor-dev/arbor/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // fileFace is what the files scenario needs of a client: both faces'
@@ -157,5 +158,48 @@ func TestFilesOverFaces(t *testing.T) {
 				t.Errorf("an unknown node: %v", err)
 			}
 		})
+	}
+}
+
+// TestFilesOwner: the files verbs keep the tree owner rule (another uid's
+// tree is forbidden), and a file or directory a requester makes in its own
+// tree's node is theirs, not the daemon's.
+func TestFilesOwner(t *testing.T) {
+	testenv.NeedFUSE(t)
+	dir, home, sock := sharedDirs(t)
+	theirs, mine := filepath.Join(dir, "theirs"), filepath.Join(dir, "mine")
+	for _, p := range []string{theirs, mine} {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(theirs, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	startDaemon(t, Config{Home: home, Socket: sock, AllowUIDs: []int{65534}})
+	root, nobody := dialAs(t, sock, 0, 0), dialAs(t, sock, 65534, 65534)
+	if _, err := ask(t, root, api.Request{Op: api.OpTreeCreate, TreeID: "rootsown", Base: mine}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := ask(t, nobody, api.Request{Op: api.OpTreeCreate, TreeID: "nobodys", Base: theirs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []string{api.OpFileStat, api.OpFileList, api.OpFileMkdir, api.OpFileRemove} {
+		if _, err := ask(t, nobody, api.Request{Op: op, TreeID: "rootsown", NodeID: "n1", Path: "x"}); !errors.Is(err, api.ErrForbidden) {
+			t.Errorf("%s on another uid's tree: %v, want forbidden", op, err)
+		}
+	}
+	if _, err := ask(t, nobody, api.Request{Op: api.OpFileWrite, TreeID: "nobodys", NodeID: tr.NodeID, Path: "f", Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ask(t, nobody, api.Request{Op: api.OpFileMkdir, TreeID: "nobodys", NodeID: tr.NodeID, Path: "d"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"f", "d"} {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(tr.Path, name), &st); err != nil || st.Uid != 65534 || st.Gid != 65534 {
+			t.Errorf("%s made by uid 65534 is owned by %d:%d (%v)", name, st.Uid, st.Gid, err)
+		}
 	}
 }

@@ -34,16 +34,22 @@ func TestJailTreeOverSocket(t *testing.T) {
 	if l := must(api.Request{Op: api.OpTreeList}); len(l.Trees) != 1 || l.Trees[0].Backend != "jail" {
 		t.Fatalf("tree_list: %+v", l.Trees)
 	}
+	run := func(node, script string) (string, api.ExecExit, error) { return shIn(ctx, c, "jt", node, script) }
+	if out, x, err := run(tr.Root, "echo root > /tmp/r"); err != nil || x.ExitCode != 0 {
+		t.Fatalf("exec in the root: %q %+v %v", out, x, err)
+	}
 	child := must(api.Request{Op: api.OpTreeFork, TreeID: "jt", SourceID: tr.Root, Label: "child"})
 	t.Logf("fork of a live jail node: latency_ns %d", child.LatencyNS)
+	if child.Processes != api.ProcessesNotCarried || len(child.Forks) != 1 || child.Forks[0].Processes != api.ProcessesNotCarried {
+		t.Fatalf("a jail fork's reply says processes %q (%+v), want %q", child.Processes, child.Forks, api.ProcessesNotCarried)
+	}
 
-	run := func(node, script string) (string, api.ExecExit, error) { return shIn(ctx, c, "jt", node, script) }
-	out, x, err := run(child.NodeID, "echo hi; cat /workspace/f; echo mine > /workspace/g")
-	if err != nil || x.ExitCode != 0 || out != "hi\nfrom the base\n" {
+	out, x, err := run(child.NodeID, "echo hi; cat /workspace/f /tmp/r; echo mine > /workspace/g; echo tmp > /tmp/c")
+	if err != nil || x.ExitCode != 0 || out != "hi\nfrom the base\nroot\n" {
 		t.Fatalf("exec in the child: %q %+v %v", out, x, err)
 	}
-	if out, _, _ := run(tr.Root, "cat /workspace/g 2>&1"); strings.Contains(out, "mine") {
-		t.Fatalf("the parent sees the child's file before the commit: %q", out)
+	if out, _, _ := run(tr.Root, "cat /workspace/g /tmp/c 2>/dev/null"); out != "" {
+		t.Fatalf("the parent sees the child's files or /tmp before the commit: %q", out)
 	}
 
 	// Processes in the child: one the exec waits for, one it set loose.
@@ -83,8 +89,11 @@ func TestJailTreeOverSocket(t *testing.T) {
 	for _, arg := range []string{"987653", "987654"} {
 		waitProcs(t, arg, false)
 	}
-	if out, x, err := run(tr.Root, "cat /workspace/g"); err != nil || x.ExitCode != 0 || out != "mine\n" {
+	if out, x, err := run(tr.Root, "cat /workspace/g /tmp/c"); err != nil || x.ExitCode != 0 || out != "mine\ntmp\n" {
 		t.Fatalf("the parent after the commit reads %q (%+v %v)", out, x, err)
+	}
+	if _, err := os.Stat(filepath.Join(tg.Base, "c")); !os.IsNotExist(err) {
+		t.Fatalf("the child's /tmp reached the base directory: %v", err)
 	}
 
 	// One fork_batch of the live root: three children, each live in a
@@ -95,6 +104,9 @@ func TestJailTreeOverSocket(t *testing.T) {
 	}
 	for _, f := range fb.Forks {
 		t.Logf("fork_batch child %s: latency_ns %d", f.NodeID, f.LatencyNS)
+		if f.Processes != api.ProcessesNotCarried {
+			t.Fatalf("fork_batch child %s: processes %q", f.NodeID, f.Processes)
+		}
 		if out, x, err := run(f.NodeID, "hostname; cat /workspace/g"); err != nil || x.ExitCode != 0 || out != f.NodeID+"\nmine\n" {
 			t.Fatalf("exec in batch child %s: %q %+v %v", f.NodeID, out, x, err)
 		}
@@ -103,7 +115,7 @@ func TestJailTreeOverSocket(t *testing.T) {
 
 // needJail skips (or fails, under ARBOR_TEST_REQUIRE) where the daemon
 // cannot serve jail trees.
-func needJail(t *testing.T) {
+func needJail(t testing.TB) {
 	t.Helper()
 	testenv.NeedFUSE(t)
 	if err := jailbackend.Available(); err != nil {

@@ -98,6 +98,17 @@ type BackendConfig struct {
 	Dir string
 	// Base is the tree's base directory.
 	Base string
+	// Image names the root filesystem image the tree's sandboxes run on
+	// (empty: the host's root), Network their network (empty: none, or
+	// api.NetworkOutbound). A backend that cannot honour them refuses to
+	// open with an error wrapping api.ErrBadRequest (api.ErrNotFound for
+	// an image that does not exist).
+	Image   string
+	Network string
+	// Budget is the tree's budget, its defaults filled in: a backend that
+	// runs processes limits each node by its MaxNodeRAMBytes and
+	// MaxNodePids.
+	Budget api.Budget
 }
 
 // Caps is what a backend serves.
@@ -114,6 +125,20 @@ type Caps struct {
 	// Lost is the rule for a node the tree holds live whose sandbox is
 	// gone (the daemon was killed, or closed): LostRestart or LostSuspend.
 	Lost LostRule
+}
+
+// ForkProcesses is what a fork's reply says of the source's processes
+// (api.Fork.Processes): carried with its memory, not carried by a backend
+// that runs commands without carrying them, nothing for one that runs
+// none.
+func (c Caps) ForkProcesses() string {
+	switch {
+	case c.ForkCarriesMemory:
+		return api.ProcessesCarried
+	case c.Exec:
+		return api.ProcessesNotCarried
+	}
+	return ""
 }
 
 // LostRule says what reconcile makes of a live node whose sandbox is gone.

@@ -43,7 +43,9 @@
 //     resumes; then the metadata transaction (the commit point). A
 //     crash in between leaves orphan branches and sandboxes, which
 //     reconcile aborts and stops; a failed step or transaction unwinds
-//     them at once (children stopped, branches aborted).
+//     them at once (children stopped, branches aborted). A backend that
+//     measures its forks (ForkTimer: jail) gives the reply its pause_ns
+//     and each fork's start_ns.
 //   - commit: the child's execs end and its sandbox is suspended (so that
 //     nothing writes its files while they are applied; resumed again if
 //     the commit fails); a commit intent {child, parent} is written; then
@@ -202,12 +204,18 @@
 // metrics), after commits and at open; it is never saved, since the files
 // layer recomputes it. The files layer itself enforces the disk budget on
 // writes (Files.SetDiskLimit, given the budget at create and open); a fork
-// needs NodeDiskReserve free for each new node. A commit whose metadata transaction
+// needs NodeDiskReserve free for each new node. The per-node limits of the
+// budget (MaxNodeRAMBytes, MaxNodePids) are the backend's to enforce: it is
+// opened with the tree's budget (BackendConfig.Budget), and the engine
+// counts only the tree's totals. A commit whose metadata transaction
 // fails after Files.Commit has still happened: the error says so and the
 // intent finishes it at the next open.
 //
 // A backend that fails to report RAM leaves the last figures standing
 // (logged). A commit leaves the parent's sandbox to the backend: the dir
-// and jail parents keep running over their (now changed) files, while a
-// vm backend's Commit may make the child's machine the parent's.
+// and jail parents keep running over their (now changed) files (a jail
+// parent's /tmp becomes the child's under its running processes), while a
+// vm backend's Commit may make the child's machine the parent's. A fork's
+// reply says what became of the source's processes from the backend's Caps
+// (Caps.ForkProcesses: "not carried" for jail, "carried" for vm).
 package engine

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/nodefs"
 	"github.com/arbor-dev/arbor/internal/tree"
 )
@@ -100,6 +101,10 @@ func (e *Engine) useNode(ctx context.Context, req api.Request, readOnly bool) (l
 	e.execs.Add(1)
 	e.mu.Unlock()
 	lctx, l := e.takeLease(ts, n.ID)
+	if cred, ok := access.FromContext(ctx); ok {
+		// Who asks goes on with the lease: what it makes is theirs.
+		lctx = access.WithCred(lctx, cred)
+	}
 	stop := context.AfterFunc(ctx, func() { l.cancel(fmt.Errorf("%s: the request ended: %w", op, context.Cause(ctx))) })
 	var once sync.Once
 	done = func() {

@@ -19,21 +19,21 @@ import (
 	"github.com/arbor-dev/arbor/internal/nodefs"
 )
 
-// nodeTmp is the host directory of node id's /tmp: the one place that
-// knows where it lives (the sandbox's start, the files API).
-func (b *backend) nodeTmp(id string) string { return filepath.Join(b.tmp, id) }
-
 // NodeFiles shows a node as its processes see it: its files at
 // /workspace (and at any path under no other prefix), its /tmp at /tmp
 // (engine.FileServer).
 func (b *backend) NodeFiles(id, filesPath string) (engine.NodeFiles, error) {
-	if err := jail.CheckName(id); err != nil {
+	if err := checkID(id); err != nil {
 		return nil, err
 	}
 	if _, ok := b.get(id); !ok {
 		return nil, api.Errorf(api.ErrNotFound, "jail backend: files of %s: not held", id)
 	}
-	return nodefs.New(nodefs.Root{Prefix: "/workspace", Dir: filesPath}, nodefs.Root{Prefix: "/tmp", Dir: b.nodeTmp(id)})
+	tmp, err := b.TmpPath(id)
+	if err != nil {
+		return nil, err
+	}
+	return nodefs.New(nodefs.Root{Prefix: "/workspace", Dir: filesPath}, nodefs.Root{Prefix: "/tmp", Dir: tmp})
 }
 
 // Limits of background processes.
@@ -59,6 +59,7 @@ type bgProcs struct {
 type bgProc struct {
 	info api.Process // ID, Pid, Argv, StartedNS; fixed once started
 	p    *jail.Process
+	done chan struct{} // closed once exit is set
 
 	mu      sync.Mutex // guards the fields below
 	log     []logChunk // its last output, at most LogBytes
@@ -94,6 +95,7 @@ func (bp *bgProc) ended(x api.ExecExit) {
 	bp.mu.Lock()
 	defer bp.mu.Unlock()
 	bp.exit = &x
+	close(bp.done)
 	close(bp.changed)
 	bp.changed = make(chan struct{})
 }
@@ -150,7 +152,7 @@ func (b *backend) Spawn(ctx context.Context, id string, cmd engine.Command) (api
 	if running >= MaxBackground {
 		return api.Process{}, api.Errorf(api.ErrLimit, "jail backend: spawn on %s: %d background processes run already", id, running)
 	}
-	bp := &bgProc{changed: make(chan struct{})}
+	bp := &bgProc{changed: make(chan struct{}), done: make(chan struct{})}
 	start := time.Now()
 	p, err := sb.Start(execSpec(cmd,
 		writer(func(d []byte) (int, error) { bp.write("stdout", d); return len(d), nil }),
@@ -245,7 +247,7 @@ func (b *backend) Kill(ctx context.Context, id, pid string) error {
 		return fmt.Errorf("jail backend: kill %s of %s: %w", pid, id, err)
 	}
 	select {
-	case <-bp.p.Done():
+	case <-bp.done: // ended, and listed so
 	case <-ctx.Done():
 		return ctx.Err()
 	}

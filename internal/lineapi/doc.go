@@ -20,7 +20,9 @@
 // tree_exec and exec_logs stream too: "tree_exec_output" lines as the
 // command writes (each flushed; a client that stops reading holds the
 // command back), then one "tree_exec_exit" (or "exec_logs") line, after
-// which the connection takes requests again. file_read is "file_data" lines
+// which the connection takes requests again; an exec_logs with follow,
+// which may be silent for long, reads the client's input to notice it
+// leave, and ends the connection with the stream. file_read is "file_data" lines
 // of api.MaxInputChunk bytes, then one "file_read" line with the last
 // chunk and the file's description: at most two chunks are held.
 //

@@ -207,9 +207,36 @@ func (c *conn) logs(ctx context.Context, req api.Request, start time.Time) bool 
 		c.s.record(ctx, req, api.CodeNotSupported, start)
 		return c.reply(errorResponse(api.Errorf(api.ErrNotSupported, "exec_logs: not served here"))) == nil
 	}
+	if req.Follow {
+		// A followed log may be silent for long: notice the client leaving
+		// by reading (and dropping) its input, as a watch does; the
+		// connection ends with the stream.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		c.nc.SetReadDeadline(time.Time{})
+		c.wg.Go(func() {
+			io.Copy(io.Discard, c.br)
+			cancel()
+		})
+		defer c.nc.Close()
+	}
 	var werr error
 	x, err := l.Logs(ctx, req, c.output(&werr))
 	if werr != nil {
+		return false
+	}
+	if req.Follow {
+		resp := api.Response{Status: api.OpExecLogs, TreeID: req.TreeID, NodeID: req.NodeID, ProcessID: req.ProcessID, Exit: x}
+		code := metrics.CodeOK
+		if err != nil {
+			resp = errorResponse(err)
+			code = resp.Code
+		}
+		c.s.record(ctx, req, code, start)
+		if c.write(resp) == nil {
+			c.flush()
+		}
 		return false
 	}
 	if err != nil {

@@ -49,11 +49,26 @@ type CommitResult struct {
 // changes path by path; the child answers ESTALE (its files are moving into
 // the base: read them in main) and every other branch is stale already.
 func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
+	return s.commit(child, durable, false)
+}
+
+// CommitOver is Commit into a parent other than main that takes child's
+// view whatever the parent did since child's fork: the parent's own
+// changes since are dropped, not a reason to refuse. It is for state that
+// follows its winner whole (the jail backend's /tmp: after a commit the
+// parent's /tmp is the child's), where first-commit-wins would refuse a
+// commit whose files already committed. O(1) like a commit into a branch;
+// a parent that is main is refused (api.ErrBadRequest).
+func (s *Store) CommitOver(child string, durable bool) (CommitResult, error) {
+	return s.commit(child, durable, true)
+}
+
+func (s *Store) commit(child string, durable, over bool) (CommitResult, error) {
 	if child == Main {
 		return CommitResult{}, api.Errorf(api.ErrBadRequest, "commit: main has no parent")
 	}
 	s.mu.Lock()
-	res, m, err := s.commitLocked(child, durable)
+	res, m, err := s.commitLocked(child, durable, over)
 	if m != nil {
 		s.applies.Add(1)
 	}
@@ -75,8 +90,8 @@ type mainCommit struct {
 }
 
 // commitLocked is Commit under s.mu: a commit into a branch is done; one
-// into main is decided and returned for applyMain.
-func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCommit, error) {
+// into main is decided and returned for applyMain. over is CommitOver's.
+func (s *Store) commitLocked(child string, durable, over bool) (CommitResult, *mainCommit, error) {
 	s.dirsChanged()
 	c, err := s.branch(child)
 	if err != nil {
@@ -114,7 +129,10 @@ func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCom
 	if err := s.busyMain(p); err != nil {
 		return CommitResult{}, nil, fmt.Errorf("commit %s: %w", child, err)
 	}
-	if s.changedSince(p, c) {
+	if over && p.Name == Main {
+		return CommitResult{}, nil, api.Errorf(api.ErrBadRequest, "commit %s over its parent: the parent is main", child)
+	}
+	if !over && s.changedSince(p, c) {
 		return CommitResult{}, nil, api.Errorf(api.ErrStale, "commit %s: %s changed since %s was forked (first commit wins); abort it", child, p.Name, child)
 	}
 	res := CommitResult{Parent: p.Name}
@@ -141,7 +159,11 @@ func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCom
 			return CommitResult{}, nil, fmt.Errorf("commit %s: %w", child, err)
 		}
 		c.gone = true
-		s.publishCommit(p.Name, c.Name, ownPaths(c), res.Stale)
+		paths := ownPaths(c)
+		if over {
+			paths = nil // what the parent changed since goes too: all of it may differ
+		}
+		s.publishCommit(p.Name, c.Name, paths, res.Stale)
 		// p holds c's chain now, c nothing, the stale ones nothing.
 		s.hold(p)
 		freed := s.releaseLayers(refLayersOf(oldChain, p.snap), nil)

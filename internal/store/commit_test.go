@@ -322,3 +322,53 @@ func TestNameReuse(t *testing.T) {
 		t.Errorf("after aborting the new c: %v, want only main", got)
 	}
 }
+
+// TestCommitOver: CommitOver makes the parent's view the child's even
+// after the parent changed since the fork (its own changes go), makes the
+// siblings stale like Commit, writes nothing into the base,
+// survives a reopen, and refuses a parent that is main.
+func TestCommitOver(t *testing.T) {
+	f := newFixture(t, isoBase)
+	f.fork(Main, "p")
+	f.write(f.br("p"), "old", "before the fork")
+	f.fork("p", "c", "sib")
+	f.write(f.br("c"), "cfile", "mine")
+	f.rm(f.br("c"), "old")
+	f.write(f.br("p"), "late", "the parent after the fork")
+	f.write(f.br("p"), "cfile", "the parent's own")
+	if _, err := f.s.Commit("c", true); !errors.Is(err, api.ErrStale) {
+		t.Fatalf("Commit over a changed parent: %v, want ErrStale", err)
+	}
+	res, err := f.s.CommitOver("c", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Parent != "p" || len(res.Stale) != 1 || res.Stale[0] != "sib" {
+		t.Fatalf("CommitOver result %+v, want parent p and sib stale", res)
+	}
+	check := func() {
+		t.Helper()
+		p := f.br("p")
+		for rel, want := range map[string]string{"cfile": "mine", "old": "ENOENT", "late": "ENOENT", "a": isoBase["a"]} {
+			if got := f.read(p, rel); got != want {
+				t.Errorf("p reads %s = %q, want %q", rel, got, want)
+			}
+		}
+		if _, err := f.s.Branch("c"); !errors.Is(err, api.ErrNotFound) {
+			t.Errorf("c after CommitOver: %v, want it gone", err)
+		}
+		if !f.s.IsStale(f.br("sib")) {
+			t.Errorf("sib is not stale")
+		}
+		if got := f.baseRead("cfile"); got != "ENOENT" {
+			t.Errorf("CommitOver wrote the base: %q", got)
+		}
+	}
+	check()
+	f.reopen()
+	check()
+	f.fork(Main, "q")
+	if _, err := f.s.CommitOver("q", true); !errors.Is(err, api.ErrBadRequest) {
+		t.Fatalf("CommitOver into main: %v, want ErrBadRequest", err)
+	}
+}
