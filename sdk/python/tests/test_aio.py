@@ -149,30 +149,32 @@ class AsyncSocketLines(unittest.IsolatedAsyncioTestCase):
     async def test_deadline_is_per_call(self) -> None:
         """One watchdog timer per connection: calls spread over several timeouts all
         succeed, and a stream's lines after its first have no deadline."""
-        async with AsyncClient(D.socket, timeout=0.2) as c:
-            tree = await c.create_tree(D.base())
+        with D.client("socket") as sc:  # the tree made and deleted without the short timeout
+            tree_id = sc.create_tree(D.base()).id
             try:
-                end = time.monotonic() + 0.7
-                n = 0
-                while time.monotonic() < end:
+                async with AsyncClient(D.socket, timeout=0.5) as c:
+                    tree = await c.tree(tree_id)
+                    end = time.monotonic() + 1.6
+                    n = 0
+                    while time.monotonic() < end:
+                        await tree.snapshot()
+                        await asyncio.sleep(0.05)
+                        n += 1
+                    self.assertGreater(n, 5)
+                    conn = c._t._pool.idle[-1]
+                    await asyncio.sleep(0.8)  # an idle connection has no deadline: it stays in use
                     await tree.snapshot()
-                    await asyncio.sleep(0.03)
-                    n += 1
-                self.assertGreater(n, 5)
-                conn = c._t._pool.idle[-1]
-                await asyncio.sleep(0.35)  # an idle connection has no deadline: it stays in use
-                await tree.snapshot()
-                self.assertEqual(c._t._pool.idle, [conn])
-                async with await tree.watch() as w:
-                    await asyncio.sleep(0.5)  # idle longer than the call timeout
-                    kid = await tree.root.fork()
-                    got = []
-                    async for ev in w:
-                        got.append((ev.kind, ev.node_id))
-                        break
-                    self.assertEqual(got, [("fork", kid.id)])
+                    self.assertEqual(c._t._pool.idle, [conn])
+                    async with await tree.watch() as w:
+                        await asyncio.sleep(1.0)  # idle longer than the call timeout
+                        kid = await tree.root.fork()
+                        got = []
+                        async for ev in w:
+                            got.append((ev.kind, ev.node_id))
+                            break
+                        self.assertEqual(got, [("fork", kid.id)])
             finally:
-                await tree.delete()
+                sc.call("tree_delete", tree_id=tree_id)
 
     async def test_daemon_closed_idle_connection_is_redialled(self) -> None:
         async with AsyncClient(D.socket) as c:
