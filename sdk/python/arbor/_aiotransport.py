@@ -423,7 +423,8 @@ class AsyncSocketTransport:
 
     async def read_file(self, req: dict[str, Any], timeout: float | None = None) -> AsyncFileStream:
         """file_read: its "file_data" lines' chunks, then the last line's."""
-        s = await self.stream(req, timeout)
+        t = self.timeout if timeout is None else timeout
+        s = await self.stream(req, t)
 
         async def chunks(fs: AsyncFileStream) -> AsyncIterator[bytes]:
             fl = _verbs.FileLines()
@@ -434,7 +435,12 @@ class AsyncSocketTransport:
                 if fl.info is not None:
                     fs.info = fl.info
                     return
-                line = await anext(s, None)
+                if isinstance(s._conn, _LineConn):
+                    s._conn.arm(t)  # each chunk within the timeout
+                try:
+                    line = await anext(s, None)
+                except _Expired as e:
+                    raise self._timeout(req["op"], t) from e
             raise ConnectionLost(f"{req['op']}: the stream ended before the file's end", op=req["op"])
         return AsyncFileStream(chunks, s.close)
 
@@ -641,8 +647,9 @@ class AsyncHTTPTransport:
         info = _verbs.file_info(str(req.get("path") or ""), headers)
 
         async def chunks(fs: AsyncFileStream) -> AsyncIterator[bytes]:
+            body = _chunks(c.r, headers)
             try:
-                async for data in _chunks(c.r, headers):
+                while (data := await _within(anext(body, None), t, op)) is not None:
                     yield data
             except (OSError, EOFError, ValueError, asyncio.IncompleteReadError) as e:
                 raise ConnectionLost(f"{op}: the transfer was cut: {e}", op=op) from e

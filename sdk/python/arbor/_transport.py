@@ -128,6 +128,9 @@ class Stream:
         except StopIteration:
             self.close()
             raise
+        except (socket.timeout, BlockingIOError) as e:  # a stream that keeps its deadline
+            self.close()
+            raise Timeout(f"stream: nothing came within the call's timeout: {e}") from e
         except (OSError, EOFError, ValueError, http.client.HTTPException):
             # The daemon ended the stream (a shutdown), or close() did.
             self.close()
@@ -289,7 +292,10 @@ class SocketTransport:
             return check(reply, op)
         raise ConnectionLost(f"{op}: connection to arbord at {self.path} lost", op=op)
 
-    def stream(self, req: dict[str, Any], timeout: float | None = None) -> Stream:
+    def stream(self, req: dict[str, Any], timeout: float | None = None, *,
+               keep_deadline: bool = False) -> Stream:
+        """A streaming op: its first reply within the timeout, and each later one too with
+        ``keep_deadline`` (a file's chunks; a watch or a process may pause for any time)."""
         op = req["op"]
         t = self.timeout if timeout is None else timeout
         c = self._dial(t)
@@ -306,7 +312,8 @@ class SocketTransport:
         except BaseException:
             c.close()
             raise
-        c.set_timeout(None)
+        if not keep_deadline:
+            c.set_timeout(None)
 
         def lines() -> Iterator[dict[str, Any]]:
             while True:
@@ -322,7 +329,7 @@ class SocketTransport:
 
     def read_file(self, req: dict[str, Any], timeout: float | None = None) -> FileStream:
         """file_read: its "file_data" lines' chunks, then the last line's."""
-        s = self.stream(req, timeout)
+        s = self.stream(req, timeout, keep_deadline=True)
 
         def chunks(fs: FileStream) -> Iterator[bytes]:
             fl = _verbs.FileLines()

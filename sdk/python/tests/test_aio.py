@@ -232,6 +232,47 @@ class AsyncSocketLines(unittest.IsolatedAsyncioTestCase):
                     await c.call("tree_commit", tree_id="t", node_id="n")  # a fresh one, dropped
                 self.assertEqual(accepted[0], 2)
 
+    async def test_stalled_file_transfer_times_out(self) -> None:
+        """A file's chunks each come within the call's timeout (an exec or a watch may pause)."""
+        async def stall(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await r.readline()
+            w.write(b'{"status":"file_data","data_b64":"eA=="}\n')
+            await w.drain()
+            await r.read()
+        path, _, srv = await self._server(stall)
+        async with srv:
+            async with AsyncClient(path, timeout=0.3) as c:
+                fs = await c._t.read_file({"op": "file_read", "tree_id": "t", "node_id": "n", "path": "f"})
+                self.assertEqual(await anext(fs), b"x")
+                t0 = time.monotonic()
+                with self.assertRaises(arbor.Timeout):
+                    await anext(fs)
+                self.assertLess(time.monotonic() - t0, 5)
+
+    async def test_stalled_file_transfer_times_out_blocking(self) -> None:
+        """The same with the blocking client (served from a thread)."""
+        srv2 = socket.socket(socket.AF_UNIX)
+        path2 = os.path.join(D.tmp, "stall-sync.sock")
+        srv2.bind(path2)
+        srv2.listen()
+        loop = asyncio.get_running_loop()
+
+        def serve() -> None:
+            conn, _ = srv2.accept()
+            conn.recv(4096)
+            conn.sendall(b'{"status":"file_data","data_b64":"eA=="}\n')
+            time.sleep(2)
+            conn.close()
+        fut = loop.run_in_executor(None, serve)
+        try:
+            c2 = arbor.Client(path2, timeout=0.3)
+            node = arbor.Tree(c2, "t", "n").root
+            with self.assertRaises(arbor.Timeout):
+                await loop.run_in_executor(None, node.files.read, "f")
+        finally:
+            await fut
+            srv2.close()
+
     async def test_timeout_and_dropped_connection(self) -> None:
         async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             await r.read()
