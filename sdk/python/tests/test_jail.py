@@ -188,6 +188,27 @@ class Recipe(JailCase):
         self.assertNotIn("tree-search", " ".join(t.base for t in self.c.trees()))  # deleted after
 
 
+class CommandLine(JailCase):
+    def test_arbor_py_run_and_speculate(self) -> None:
+        """The command-line patterns on jail: the commands run through exec in the nodes'
+        sandboxes (in the node's copy of the current directory)."""
+        def arbor_py(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "arbor", *args], cwd=self.base, env=D.env(),
+                                  capture_output=True, text=True, timeout=120)
+        p = arbor_py("run", "--tree", self.tree.id, "--", "/bin/sh", "-c", "echo ran > out.txt; pwd")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "/workspace\n")
+        self.assertEqual(read(self.base, "out.txt"), "ran\n")
+        p = arbor_py("run", "--tree", self.tree.id, "--", "/bin/sh", "-c", "echo no > out.txt; exit 3")
+        self.assertEqual(p.returncode, 3)
+        self.assertEqual(read(self.base, "out.txt"), "ran\n")  # aborted
+        p = arbor_py("speculate", "--tree", self.tree.id, "-c", "sleep 60; echo slow > out.txt",
+                     "-c", "echo fast > out.txt")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(read(self.base, "out.txt"), "fast\n")
+        self.assertEqual([n.id for n in self.tree.nodes()], [self.tree.root.id])
+
+
 class AsyncExec:
     transport = "socket"
 
