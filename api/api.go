@@ -102,6 +102,9 @@ type Request struct {
 	// a control file, as BranchFS's CREATE ioctl); otherwise a branch made
 	// from the one the mount shows is shown next (arbor create).
 	NoSwitch bool `json:"no_switch,omitempty"`
+	// HideControl: ws_mount serves no .branchfs_ctl files at all (not
+	// even by name), for agents that must not change their branches.
+	HideControl bool `json:"hide_control,omitempty"`
 }
 
 // Branch is one branch of a workspace mount, as ws_list reports it.

@@ -202,7 +202,7 @@ var verbTable = []Verb{
 	{Op: OpShutdown, Reply: "shutting_down"},
 	{Op: OpTreeExec, Reply: StatusExecExit, Stream: true, Request: []string{"tree_id", "node_id", "argv", "env", "cwd", "timeout_ns"},
 		ReplyFields: []string{"output", "exit"}},
-	{Op: OpWsMount, Reply: "ws_mounted", Request: []string{"base", "mountpoint", "branch", "budget", "durable", "quota_bytes"},
+	{Op: OpWsMount, Reply: "ws_mounted", Request: []string{"base", "mountpoint", "branch", "budget", "durable", "quota_bytes", "hide_control"},
 		ReplyFields: []string{"tree_id", "node_id", "path", "branch", "already_mounted"}},
 	{Op: OpWsUnmount, Reply: StatusOK, Request: []string{"mountpoint"}, ReplyFields: fTree},
 	{Op: OpWsMounts, Reply: "ws_mounts", ReadOnly: true, ReplyFields: []string{"mounts"}},

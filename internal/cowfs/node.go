@@ -830,9 +830,8 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	for _, d := range ents {
 		out = append(out, fuse.DirEntry{Name: d.Name, Mode: d.Mode, Ino: d.Ino})
 	}
-	if &n.Inode == n.root && n.fs.control {
-		out = append(out, fuse.DirEntry{Name: ctlName, Mode: syscall.S_IFREG, Ino: ctlIno})
-	}
+	// The control file is reachable by name only: listed, git status and
+	// git add -A in a mount would take it for a file of the project.
 	return fs.NewListDirStream(out), 0
 }
 

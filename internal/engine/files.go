@@ -73,6 +73,8 @@ type ViewSpec struct {
 	Branch     string // shown at the root
 	Owner      uint32 // the uid the view's control files belong to
 	Control    ViewControl
+	// HideControl: the view serves no control files, not even by name.
+	HideControl bool
 }
 
 // View is one mounted view.

@@ -109,3 +109,53 @@ func TestBranchFSControlRules(t *testing.T) {
 		t.Errorf("after aborting the losers: %+v, want main alone", l.Branches)
 	}
 }
+
+// TestMountHideControl: ws_mount with hide_control (arbor mount
+// --hide-control) serves no control file, not even by name, and a daemon
+// that mounts the view again after a restart keeps it hidden; a mount
+// without it answers .branchfs_ctl by name but never lists it.
+func TestMountHideControl(t *testing.T) {
+	testenv.NeedFUSE(t)
+	home := t.TempDir()
+	s := openStack(t, home)
+	base, hidden := t.TempDir(), filepath.Join(t.TempDir(), "m")
+	do(t, s, api.Request{Op: api.OpWsMount, Base: base, Mountpoint: hidden, HideControl: true})
+	do(t, s, api.Request{Op: api.OpWsCreate, Mountpoint: hidden, Branch: "b"})
+	check := func(when string) {
+		t.Helper()
+		if _, err := os.Stat(filepath.Join(hidden, "@b")); err != nil {
+			t.Fatalf("%s: the view is not mounted: %v", when, err)
+		}
+		for _, dir := range []string{hidden, filepath.Join(hidden, "@b")} {
+			if _, err := os.Stat(filepath.Join(dir, ".branchfs_ctl")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s: the control file of %s with hide_control: %v, want ENOENT", when, dir, err)
+			}
+		}
+	}
+	check("mounted")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStack(t, home)
+	defer func() {
+		do(t, s, api.Request{Op: api.OpWsUnmount, Mountpoint: hidden})
+		s.Close()
+	}()
+	check("after a restart")
+
+	plain := filepath.Join(t.TempDir(), "m")
+	do(t, s, api.Request{Op: api.OpWsMount, Base: t.TempDir(), Mountpoint: plain})
+	defer do(t, s, api.Request{Op: api.OpWsUnmount, Mountpoint: plain})
+	if _, err := os.Stat(filepath.Join(plain, ".branchfs_ctl")); err != nil {
+		t.Errorf("the control file of a plain mount: %v", err)
+	}
+	ents, err := os.ReadDir(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() == ".branchfs_ctl" {
+			t.Errorf("the plain mount lists its control file")
+		}
+	}
+}

@@ -161,6 +161,7 @@ func (t *TreeFiles) MountView(ctx context.Context, spec engine.ViewSpec) (engine
 	f, err := cowfs.Mount(cowfs.Config{
 		Store: t.st, Mountpoint: mp, MountDir: dir.File(), Branch: spec.Branch, Passthrough: m.cfg.Passthrough, Aborter: m.cfg.Aborter, Logger: m.log,
 		Owner: spec.Owner, FsName: MountSource(m.cfg.Home, t.base), Control: callerControl{spec.Control},
+		NoControl: spec.HideControl,
 	})
 	if err != nil {
 		return nil, err
