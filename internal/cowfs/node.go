@@ -560,9 +560,31 @@ func owner(ctx context.Context, dir int, name string) {
 	unix.Fchownat(dir, name, int(c.Uid), gid, unix.AT_SYMLINK_NOFOLLOW)
 }
 
+// exactMode gives an object just made the permission bits the kernel asked
+// for (mode: the caller's umask already applied, as the kernel does without
+// FUSE_DONT_MASK), which the daemon's own umask cut, and which a chown by
+// owner cleared (setuid, setgid). A directory keeps the setgid bit the
+// filesystem gave it from a setgid parent. st is the object's stat, and is
+// updated.
+func exactMode(mode uint32, st *unix.Stat_t, chmod func(uint32) error) error {
+	want := mode & 07777
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		want |= st.Mode & unix.S_ISGID
+	}
+	if st.Mode&07777 == want || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return nil
+	}
+	if err := chmod(want); err != nil {
+		return err
+	}
+	st.Mode = st.Mode&^07777 | want
+	return nil
+}
+
 // make creates name under n with mk (name in the directory descriptor the
-// store opened for it) and looks it up.
-func (n *node) make(ctx context.Context, name string, dir bool, mk func(dir int, name string) error, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+// store opened for it) and looks it up; mode is the permission bits asked
+// for (none for a symlink).
+func (n *node) make(ctx context.Context, name string, dir bool, mode uint32, mk func(dir int, name string) error, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if &n.Inode == n.root && (name == ctlName || strings.HasPrefix(name, "@")) {
 		return nil, syscall.EPERM
 	}
@@ -578,7 +600,10 @@ func (n *node) make(ctx context.Context, name string, dir bool, mk func(dir int,
 			return err
 		}
 		owner(ctx, dir, name)
-		return unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+		return exactMode(mode, &st, func(m uint32) error { return unix.Fchmodat(dir, name, m, 0) })
 	})
 	if err != nil {
 		return nil, errno(err)
@@ -611,7 +636,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		n.fs.ownFd(ctx, fd, real)
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	err = unix.Fstat(fd, &st)
+	if err == nil {
+		err = exactMode(mode, &st, func(m uint32) error { return unix.Fchmod(fd, m) })
+	}
+	if err != nil {
 		n.fs.abandon(fd, real, write)
 		return nil, nil, 0, errno(err)
 	}
@@ -631,15 +660,15 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.make(ctx, name, true, func(dir int, name string) error { return unix.Mkdirat(dir, name, mode) }, out)
+	return n.make(ctx, name, true, mode, func(dir int, name string) error { return unix.Mkdirat(dir, name, mode) }, out)
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.make(ctx, name, false, func(dir int, name string) error { return unix.Mknodat(dir, name, mode, int(dev)) }, out)
+	return n.make(ctx, name, false, mode, func(dir int, name string) error { return unix.Mknodat(dir, name, mode, int(dev)) }, out)
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.make(ctx, name, false, func(dir int, name string) error { return unix.Symlinkat(target, dir, name) }, out)
+	return n.make(ctx, name, false, 0, func(dir int, name string) error { return unix.Symlinkat(target, dir, name) }, out)
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {

@@ -18,6 +18,7 @@ func (s *suite) cases() []Case {
 		s.fsCases(),
 		s.inodeCases(),
 		s.permCases(),
+		s.umaskCases(),
 	} {
 		all = append(all, group...)
 	}

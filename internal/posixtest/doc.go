@@ -109,6 +109,11 @@
 //     listable but not searchable; owner and mode kept across copy-up. Each
 //     starts with positive controls, so a filesystem refusing uid 65534
 //     everything fails rather than passes.
+//   - umask: with umask 0, 002, 022 and 077 (set on a thread of the test's
+//     own, CLONE_FS unshared), mkdir, a sticky mkdir, O_CREAT (and the new
+//     descriptor's fstat), mkfifo and mknod give the asked mode without
+//     exactly the umask's bits; in a setgid directory a new directory
+//     inherits setgid and the group, a new file the group (umask_*).
 //   - statfs/fstatfs (sane counts, 255-byte names, ENAMETOOLONG), fsync,
 //     fdatasync (also on O_RDONLY fds and a directory), sync_file_range,
 //     syncfs.
