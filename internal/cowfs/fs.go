@@ -81,6 +81,10 @@ type FS struct {
 	// does nothing but close (no flush method: ext4, xfs, btrfs, tmpfs),
 	// so a FLUSH of a passthrough descriptor has nothing to do.
 	localFS bool
+	// nameMax is the longest name the base and the layers hold (statfs's
+	// f_namelen): a longer one is ENAMETOOLONG at its lookup, as on
+	// those filesystems, wherever the branch would look for it.
+	nameMax int
 	control bool
 	log     *slog.Logger
 	server  *fuse.Server
@@ -153,7 +157,8 @@ func Mount(cfg Config) (*FS, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	f := &FS{st: cfg.Store, cfg: cfg, passthrough: pt, control: !cfg.NoControl, log: log, current: cfg.Branch,
-		localFS: noFlushFS(cfg.Store.Base()) && noFlushFS(cfg.Store.Dir())}
+		localFS: noFlushFS(cfg.Store.Base()) && noFlushFS(cfg.Store.Dir()),
+		nameMax: min(nameMax(cfg.Store.Base()), nameMax(cfg.Store.Dir()))}
 	f.root = &node{fs: f}
 	// Set before fs.Mount: the kernel's first requests can come while it returns.
 	f.root.root = &f.root.Inode
@@ -298,6 +303,16 @@ func noFlushFS(dir string) bool {
 		return true
 	}
 	return false
+}
+
+// nameMax is the longest name dir's filesystem takes (NAME_MAX if it
+// does not say).
+func nameMax(dir string) int {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil || st.Namelen <= 0 {
+		return 255
+	}
+	return int(st.Namelen)
 }
 
 // openFlags are the FUSE open flags of h. The kernel sends a FLUSH at

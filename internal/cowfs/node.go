@@ -266,6 +266,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (n *node) lookupAny(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if len(name) > n.fs.nameMax {
+		return nil, syscall.ENAMETOOLONG // the kernel then makes nothing of that name either
+	}
 	if &n.Inode == n.root {
 		if name == ctlName {
 			return n.fs.ctlInode(ctx, n, out)
@@ -664,6 +667,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if mode&unix.S_IFMT == unix.S_IFCHR && dev == 0 {
+		return nil, syscall.EPERM // a whiteout's form in a layer (see store)
+	}
 	return n.make(ctx, name, false, mode, func(dir int, name string) error { return unix.Mknodat(dir, name, mode, int(dev)) }, out)
 }
 

@@ -19,6 +19,7 @@ func (s *suite) cases() []Case {
 		s.inodeCases(),
 		s.permCases(),
 		s.umaskCases(),
+		s.nameCases(),
 	} {
 		all = append(all, group...)
 	}

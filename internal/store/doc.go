@@ -8,8 +8,12 @@
 // base: chain[0] sits on the base (depth 1), chain[len-1] is the branch's
 // head, the only layer it writes. A layer is a directory under
 // <dir>/layers/<id> holding the files the branch changed at their relative
-// paths; a delete is a whiteout file ".wh.NAME" beside the name, an opaque
+// paths; a delete is a whiteout, a character device 0:0 under the deleted
+// name (overlayfs's form: a name of NAME_MAX bytes can be deleted; layers
+// of earlier versions hold empty ".wh.NAME" files, still read), an opaque
 // directory (one that hides everything below it) holds ".wh..wh..opq".
+// Layers are indexed and walked by descriptors, so a path in a layer may be
+// longer than PATH_MAX.
 // A layer's directory is made only at its first write, so an empty head costs
 // nothing on disk.
 //
@@ -81,7 +85,8 @@
 // Sharp edges. The walk beneath the base stops symlinks, not hard links: on
 // a host with fs.protected_hardlinks=0 a base's owner can link a file of
 // root's into the base, and the store then serves and writes that inode.
-// Names beginning ".wh." cannot be created (EINVAL). Renaming a
+// Names beginning ".wh." cannot be created (EINVAL), nor, through a mount,
+// a character device 0:0 (EPERM: it is a whiteout's form). Renaming a
 // directory that came from a lower layer copies its subtree up (overlayfs
 // would need redirect_dir). Writes made to the base directory behind Arbor's
 // back while it is mounted are not isolated. A hard link in a lower layer is

@@ -217,7 +217,9 @@ func (s *Store) ensureParentIn(l *layer, rel string) error {
 
 // whiteout records in layer l that rel is deleted.
 func (s *Store) whiteout(l *layer, rel string) error {
-	if err := s.touch(l.real(whiteoutPath(rel))); err != nil {
+	if err := s.inParent(l.real(rel), func(dir int, name string) error {
+		return unix.Mknodat(dir, name, unix.S_IFCHR, 0)
+	}); err != nil {
 		return err
 	}
 	s.put(l, rel, kWhiteout, false, 0)
@@ -498,11 +500,20 @@ func (s *Store) create(b *Branch, rel string, dir bool, mk func(dir int, name st
 		hadWhiteout = true
 	}
 	real := h.real(rel)
-	if err := s.inParent(real, mk); err != nil {
-		return err
-	}
 	if hadWhiteout {
-		s.unlinkPath(h.real(whiteoutPath(rel)))
+		// The whiteout holds the name: it goes first, and comes back if
+		// the new object cannot be made.
+		if err := s.removeWhiteout(h, rel); err != nil {
+			return err
+		}
+	}
+	if err := s.inParent(real, mk); err != nil {
+		if hadWhiteout {
+			if werr := s.whiteout(h, rel); werr != nil {
+				return fmt.Errorf("%w (and the deleted name shows again: %w)", err, werr)
+			}
+		}
+		return err
 	}
 	opaque := false
 	if dir && hadWhiteout {

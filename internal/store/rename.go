@@ -92,7 +92,7 @@ func (s *Store) Rename(b *Branch, old, new string, flags uint32) error {
 			}
 		}
 		if e, ok := s.get(h, new); ok && e.kind == kWhiteout {
-			if err := s.unlinkPath(h.real(whiteoutPath(new))); err != nil {
+			if err := s.removeWhiteout(h, new); err != nil {
 				return err
 			}
 			s.drop(h, new)
@@ -149,7 +149,7 @@ func (s *Store) copyUpTree(b *Branch, rel string, res Res) error {
 		for p := range h.paths {
 			if d, _ := splitRel(p); d == rel {
 				if we, ok := s.get(h, p); ok && we.kind == kWhiteout {
-					s.unlinkPath(h.real(whiteoutPath(p)))
+					s.removeWhiteout(h, p)
 					s.drop(h, p)
 				}
 			}

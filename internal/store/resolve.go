@@ -304,6 +304,14 @@ func (s *Store) readDir(b *Branch, rel string, max int) ([]DirEntry, error) {
 		}
 		for _, e := range ents {
 			n := e.name
+			if pt.d > 0 && (e.typ == unix.DT_CHR || e.typ == unix.DT_UNKNOWN) {
+				if en, ok := s.get(layerAt(b, pt.d), joinRel(rel, n)); ok && en.kind == kWhiteout {
+					if seen != nil {
+						seen[n] = true
+					}
+					continue
+				}
+			}
 			if pt.d > 0 && strings.HasPrefix(n, whPrefix) {
 				if n != opqMarker && seen != nil {
 					seen[n[len(whPrefix):]] = true
