@@ -33,6 +33,13 @@
 // one view is sent as an invalidation to every other view of the branch, in
 // every mount of the store (notify.go).
 //
+// Exactly Linux inside a branch: new objects get the mode the kernel sent
+// (the caller's umask applied; the daemon's own umask undone); a name
+// longer than the filesystem's NAME_MAX is ENAMETOOLONG at its lookup;
+// setuid and setgid are cleared when the kernel flags a request to (see
+// killpriv.go), and a writer of such a file is served without passthrough
+// so that its writes are flagged.
+//
 // Locking: FS.mu guards the current branch of the mount; each node's handle
 // counts are guarded by node.mu. The store's own lock makes each operation
 // atomic against commits. FUSE handlers never spawn processes.

@@ -112,7 +112,8 @@ type FS struct {
 	rootNeg     map[string]struct{}
 	rootNegFull bool
 
-	nt notifier // the store's events, turned into kernel invalidations
+	nt    notifier // the store's events, turned into kernel invalidations
+	kills kills    // requests whose caller lacks CAP_FSETID (killpriv.go)
 
 	served struct{ reads, writes atomic.Int64 } // data requests the daemon served itself
 }
@@ -191,11 +192,10 @@ func Mount(cfg Config) (*FS, error) {
 	if !pt {
 		opts.MountOptions.DisabledCapabilities = fuse.CAP_PASSTHROUGH
 	}
-	// The daemon clears setuid and setgid itself (killPriv): the kernel then
-	// sets SB_NOSEC and stops asking for security.capability before every
-	// write (a GETXATTR round trip per write(2) otherwise: 4 KiB writes took
-	// 23-27 µs each instead of 3). Passthrough writes reach no request, so
-	// an unprivileged open for writing clears them (see node.Open).
+	// The daemon clears setuid and setgid itself (killpriv.go): the kernel
+	// then sets SB_NOSEC and stops asking for security.capability before
+	// every write (a GETXATTR round trip per write(2) otherwise: 4 KiB
+	// writes took 23-27 µs each instead of 3).
 	opts.MountOptions.ExtraCapabilities = fuse.CAP_HANDLE_KILLPRIV_V2
 	// A descriptor served with FOPEN_DIRECT_IO (a writer near a store's
 	// limit: newHandle) can still be mapped shared.
@@ -234,7 +234,7 @@ func Mount(cfg Config) (*FS, error) {
 		opts.MountOptions.DirectMount = false
 		opts.MountOptions.DirectMountStrict = false
 	}
-	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), target, &opts.MountOptions)
+	srv, err := fuse.NewServer(newDirFS(&killFS{RawFileSystem: fs.NewNodeFS(f.root, opts), kills: &f.kills}), target, &opts.MountOptions)
 	if err != nil {
 		if atDir {
 			unix.Unmount(cfg.Mountpoint, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)

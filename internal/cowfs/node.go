@@ -399,10 +399,10 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if e := n.fs.setattrPath(real, in); e != 0 {
 		return e
 	}
-	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
+	if killOnSetattr(ctx, in) {
 		var st unix.Stat_t
 		if n.fs.st.Lstat(real, &st) == nil {
-			if m, kill := privKilled(&st); kill {
+			if m, kill := privKilled(ctx, &st); kill {
 				n.fs.st.Chmod(real, m)
 			}
 		}
@@ -515,6 +515,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	real := res.Real
 	h := n.fs.newHandle(fd, n, b, real, write)
 	h.lower = res.Lower && !write
+	if write && h.passthrough && privServed(&st) {
+		h.passthrough, h.direct, h.metered = false, true, h.meter // its writes must reach us (killpriv.go)
+	}
 	n.mu.Lock()
 	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino != n.realIno {
 		if len(n.handles) > 0 {
@@ -529,12 +532,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	n.mu.Unlock()
 	n.addHandle(h)
-	if (flags&syscall.O_TRUNC != 0 || (write && h.passthrough)) && unprivileged(ctx) {
-		// FUSE_HANDLE_KILLPRIV_V2 leaves clearing setuid and setgid to us:
-		// at an unprivileged O_TRUNC, and, since passthrough writes reach
-		// no request, at an unprivileged open for writing (before any
-		// write can change the file, rather than at its first write).
-		killPriv(fd)
+	if flags&syscall.O_TRUNC != 0 && n.fs.killAsked(ctx) {
+		killPriv(ctx, fd) // an O_TRUNC by a caller without CAP_FSETID (killpriv.go)
 	}
 	if write {
 		n.changed(b, rel, false) // other views: a copy-up, O_TRUNC, and writes to come
@@ -655,10 +654,10 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	in := n.child(ctx, name, res, &st, out)
 	c := in.Operations().(*node)
 	h := n.fs.newHandle(fd, c, b, real, write)
-	c.addHandle(h)
-	if write && h.passthrough && mode&(unix.S_ISUID|unix.S_ISGID) != 0 && unprivileged(ctx) {
-		killPriv(fd) // as in Open: its writes will reach no request
+	if write && h.passthrough && privServed(&st) {
+		h.passthrough, h.direct, h.metered = false, true, h.meter // its writes must reach us (killpriv.go)
 	}
+	c.addHandle(h)
 	return in, h, n.fs.openFlags(h), 0
 }
 

@@ -20,6 +20,7 @@ func (s *suite) cases() []Case {
 		s.permCases(),
 		s.umaskCases(),
 		s.nameCases(),
+		s.setidCases(),
 	} {
 		all = append(all, group...)
 	}

@@ -17,7 +17,7 @@ func withUmask(t *testing.T, mask int, fn func() error) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
+		lockThread()
 		if err := unix.Unshare(unix.CLONE_FS); err != nil {
 			done <- fmt.Errorf("unshare(CLONE_FS) for a umask of this thread's own: %w", err)
 			return
@@ -27,6 +27,10 @@ func withUmask(t *testing.T, mask int, fn func() error) {
 	}()
 	ok(t, <-done, "with umask %#o", mask)
 }
+
+// lockThread locks the goroutine to its thread for good: the thread,
+// changed, ends with the goroutine.
+func lockThread() { runtime.LockOSThread() }
 
 // modeIs checks path's permission bits.
 func modeIs(path string, want uint32) error {
