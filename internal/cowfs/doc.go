@@ -8,7 +8,8 @@
 // EBUSY: commit is leaf-only). A root (the mount's or an /@NAME view's)
 // that shows a stale branch still answers getattr, its control file and
 // its @NAME views, so the branch can be aborted or switched away from; its
-// files answer ESTALE.
+// files read and list (the work can be rescued), and every change answers
+// ESTALE.
 //
 // Every operation resolves its node's path through the store, so a node
 // costs nothing but its path; a first write copies the file up into the

@@ -142,13 +142,11 @@ func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCom
 		}
 		c.gone = true
 		s.publishCommit(p.Name, c.Name, ownPaths(c), res.Stale)
-		// p holds c's chain now, c nothing, the stale ones nothing.
+		// p holds c's chain now, c nothing; the stale ones keep theirs
+		// until they are aborted.
 		s.hold(p)
 		freed := s.releaseLayers(refLayersOf(oldChain, p.snap), nil)
 		freed = s.release(c, freed)
-		for _, d := range stale {
-			freed = s.release(d, freed)
-		}
 		if durable {
 			if err := s.db.Sync(); err != nil {
 				s.unlink(c)
@@ -182,11 +180,6 @@ func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCom
 		}
 		return CommitResult{}, nil, fmt.Errorf("commit %s: journal: %w", child, err)
 	}
-	var freed []*layer
-	for _, d := range stale {
-		freed = s.release(d, freed)
-	}
-	s.free(freed)
 	s.pending = &journal{Child: c.Name, Ops: ops}
 	c.committing = true
 	s.applying = true
@@ -306,9 +299,6 @@ func (s *Store) finishMain(child string) error {
 	if c := s.branches[child]; c != nil {
 		c.gone = true
 		freed = s.release(c, freed)
-	}
-	for _, b := range stale {
-		freed = s.release(b, freed)
 	}
 	if c := s.branches[child]; c != nil {
 		s.unlink(c)

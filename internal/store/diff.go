@@ -62,7 +62,8 @@ func (s *Store) Diff(name string) ([]Change, error) {
 }
 
 // forked is the branch name, which must have a fork point to diff
-// against and not be stale. The caller holds s.mu.
+// against (a stale branch has one: its work can be rescued). The caller
+// holds s.mu.
 func (s *Store) forked(name string) (*Branch, error) {
 	b, err := s.branch(name)
 	switch {
@@ -70,8 +71,6 @@ func (s *Store) forked(name string) (*Branch, error) {
 		return nil, err
 	case b.Name == Main:
 		return nil, api.Errorf(api.ErrBadRequest, "main has no fork point")
-	case b.stale:
-		return nil, api.Errorf(api.ErrStale, "the branch is stale")
 	}
 	return b, nil
 }

@@ -148,7 +148,7 @@ func (s *Store) Held() map[string]int64 {
 	seen := map[*layer]bool{}
 	for _, b := range s.branches {
 		out[b.Name] += 0
-		if b.stale || b.Name == Main {
+		if b.Name == Main {
 			continue
 		}
 		for _, l := range b.chain[b.forkDepth:] {

@@ -40,8 +40,11 @@
 // commit into main applies the child's changes to the base directory under a
 // journal in bbolt (written, and fsynced when durable, before the first
 // change; replayed at Open), in time proportional to the change. After a
-// commit every other branch under the parent is stale: its operations fail
-// with ESTALE until it is aborted. Commit is leaf-only (as in BranchFS and in
+// commit every other branch under the parent is stale: its changes fail
+// with ESTALE, but it keeps its layers until it is aborted, so that its work
+// can be read, listed and diffed (a stale branch of main reads the base as
+// it is now where it changed nothing: main's snapshots are kept for live
+// branches only). Commit is leaf-only (as in BranchFS and in
 // the engine's trees): a branch with children, live or stale, is refused
 // with api.ErrState and EBUSY naming them, so no descendant's changes are
 // ever dropped or orphaned by its parent's commit.
@@ -58,7 +61,7 @@
 // made stale) and applied to the base without it, then recorded under it.
 // So a branch reader sees a commit into a branch all or not at all; main's
 // view changes path by path while a commit into it applies (every other
-// branch is stale by then, and the child answers ESTALE). A commit into
+// branch is stale by then, so read-only, and the child answers ESTALE). A commit into
 // main whose apply fails stays decided: committing the child again finishes
 // it (see Commit).
 //

@@ -111,7 +111,9 @@ var errLazyBase = errors.New("store: a layer below a base path")
 // opens the path with no symlink followed, which checks what the lstats
 // would have, in one syscall (OpenRead).
 func (s *Store) resolveStat(b *Branch, rel string, max int, out *unix.Stat_t, lazy bool) (Res, bool, error) {
-	if b.stale || b.gone || b.committing {
+	// A stale branch is read (its work can be rescued: read, listed,
+	// diffed, until it is aborted); writableBranch refuses its changes.
+	if b.gone || b.committing {
 		return Res{}, false, syscall.ESTALE
 	}
 	res := Res{Real: s.base, Kind: kDir}

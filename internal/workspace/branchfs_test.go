@@ -1,15 +1,18 @@
 package workspace_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/testenv"
 	"golang.org/x/sys/unix"
 )
@@ -157,5 +160,74 @@ func TestMountHideControl(t *testing.T) {
 		if e.Name() == ".branchfs_ctl" {
 			t.Errorf("the plain mount lists its control file")
 		}
+	}
+}
+
+// TestStaleWorkRescued: the loser of a first-commit-wins race keeps its
+// work until it is aborted: its files read and list through /@NAME
+// (writes are ESTALE), ws_diff and tree_diff list its changes with their
+// text diffs, its commit is ErrStale, and its abort works.
+func TestStaleWorkRescued(t *testing.T) {
+	testenv.NeedFUSE(t)
+	s := newStack(t)
+	base, mp := t.TempDir(), filepath.Join(t.TempDir(), "m")
+	os.WriteFile(filepath.Join(base, "f"), []byte("base\n"), 0o644)
+	do(t, s, api.Request{Op: api.OpWsMount, Base: base, Mountpoint: mp})
+	defer do(t, s, api.Request{Op: api.OpWsUnmount, Mountpoint: mp})
+	for _, n := range []string{"win", "lose"} {
+		do(t, s, api.Request{Op: api.OpWsCreate, Mountpoint: mp, Branch: n, NoSwitch: true})
+	}
+	lose := filepath.Join(mp, "@lose")
+	os.WriteFile(filepath.Join(mp, "@win", "f"), []byte("win\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(lose, "f"), []byte("lose\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lose, "work"), []byte("partial\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	do(t, s, api.Request{Op: api.OpWsCommit, Mountpoint: mp, Branch: "win"})
+	for p, want := range map[string]string{"f": "lose\n", "work": "partial\n"} {
+		if d, err := os.ReadFile(filepath.Join(lose, p)); err != nil || string(d) != want {
+			t.Errorf("the stale branch's %s: %q, %v; want %q", p, d, err, want)
+		}
+	}
+	if ents, err := os.ReadDir(lose); err != nil || len(ents) != 2 {
+		t.Errorf("listing the stale branch: %v, %v", ents, err)
+	}
+	if err := os.WriteFile(filepath.Join(lose, "work"), []byte("more"), 0o644); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("a write to the stale branch: %v, want ESTALE", err)
+	}
+	d := do(t, s, api.Request{Op: api.OpWsDiff, Mountpoint: mp, Branch: "lose"})
+	got := map[string]string{}
+	for _, c := range d.Changes {
+		got[c.Path] = c.Kind
+	}
+	if got["f"] != "modified" || got["work"] != "added" || len(got) != 2 {
+		t.Errorf("ws_diff of the stale branch: %+v", d.Changes)
+	}
+	td := do(t, s, api.Request{Op: api.OpTreeDiff, TreeID: d.TreeID, NodeID: d.NodeID})
+	for _, c := range td.Changes {
+		if c.Path == "work" && !strings.Contains(c.Diff, "+partial") {
+			t.Errorf("tree_diff of the stale node: %s's diff %q", c.Path, c.Diff)
+		}
+	}
+	if len(td.Changes) != 2 {
+		t.Errorf("tree_diff of the stale node: %+v", td.Changes)
+	}
+	_, err := s.Do(access.WithCred(context.Background(), access.Self()), api.Request{Op: api.OpWsCommit, Mountpoint: mp, Branch: "lose"})
+	if !errors.Is(err, api.ErrStale) {
+		t.Errorf("commit of the stale branch: %v, want ErrStale", err)
+	}
+	do(t, s, api.Request{Op: api.OpWsAbort, Mountpoint: mp, Branch: "lose"})
+	// The kernel forgets the view by an invalidation, sent at once but
+	// asynchronously.
+	var err2 error
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if _, err2 = os.Stat(filepath.Join(lose, "work")); errors.Is(err2, os.ErrNotExist) {
+			break
+		}
+	}
+	if !errors.Is(err2, os.ErrNotExist) {
+		t.Errorf("the aborted branch's view: %v", err2)
 	}
 }
