@@ -120,6 +120,9 @@ type Branch struct {
 type Change struct {
 	Kind string `json:"kind"` // added, modified, deleted
 	Path string `json:"path"`
+	// Meta: modified in its metadata only (mode, owner, times, xattrs);
+	// its data is the fork point's.
+	Meta bool `json:"meta,omitempty"`
 	// Diff is a unified text diff of the path against the fork point
 	// (tree_diff, for a regular text file within the caps).
 	Diff string `json:"diff,omitempty"`

@@ -252,8 +252,7 @@ binary one, or one past 2 MiB of diff in all shows why it has none.`,
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return e.treeDo(api.Request{Op: api.OpTreeDiff, TreeID: args[0], NodeID: args[1]}, out, func(w io.Writer, resp api.Response) {
 			for _, c := range resp.Changes {
-				mark := map[string]string{"added": "A", "modified": "M", "deleted": "D"}[c.Kind]
-				fmt.Fprintf(w, "%s %s\n", mark, c.Path)
+				fmt.Fprintln(w, changeLine(c))
 				if c.Note != "" {
 					fmt.Fprintf(w, "  (%s)\n", c.Note)
 				}

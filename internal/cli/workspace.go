@@ -180,8 +180,7 @@ func (e *env) mpCmd(name, op, short, long, example string) *cobra.Command {
 				fmt.Fprintf(w, "unmounted %s\n", req.Mountpoint)
 			case api.OpWsDiff:
 				for _, c := range resp.Changes {
-					mark := map[string]string{"added": "A", "modified": "M", "deleted": "D"}[c.Kind]
-					fmt.Fprintf(w, "%s %s\n", mark, c.Path)
+					fmt.Fprintln(w, changeLine(c))
 				}
 			case api.OpWsList:
 				printBranches(w, resp.Branches)
@@ -189,6 +188,16 @@ func (e *env) mpCmd(name, op, short, long, example string) *cobra.Command {
 		})
 	}
 	return withOps(cmd, op)
+}
+
+// changeLine is a diff's line for one path: A, M or D and the path, and
+// "(metadata only)" where only its mode, owner, times or xattrs changed.
+func changeLine(c api.Change) string {
+	mark := map[string]string{"added": "A", "modified": "M", "deleted": "D"}[c.Kind]
+	if c.Meta {
+		return mark + " " + c.Path + " (metadata only)"
+	}
+	return mark + " " + c.Path
 }
 
 func orCurrent(branch string) string {

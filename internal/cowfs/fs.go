@@ -807,12 +807,9 @@ func (f *FS) mergedLinks(b *store.Branch, rel string, res store.Res, a *fuse.Att
 
 // attrOf fills the attributes of rel in b.
 func (f *FS) attrOf(b *store.Branch, rel string, out *fuse.AttrOut) syscall.Errno {
-	res, err := f.st.Resolve(b, rel)
-	if err != nil {
-		return errno(err)
-	}
 	var st unix.Stat_t
-	if err := f.st.Lstat(res.Real, &st); err != nil {
+	res, err := f.st.ResolveStat(b, rel, &st)
+	if err != nil {
 		return errno(err)
 	}
 	out.Attr.FromStat(sysStat(&st))

@@ -379,13 +379,18 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if sz, ok := in.GetSize(); ok {
 		var st unix.Stat_t
-		if err := n.fs.st.Lstat(res.Real, &st); err == nil && int64(sz) > st.Size {
+		if err := n.fs.st.Lstat(res.DataReal(), &st); err == nil && int64(sz) > st.Size {
 			if err := n.fs.st.Grow(b, int64(sz)-st.Size); err != nil {
 				return errno(err)
 			}
 		}
 	}
-	real, err := n.fs.st.CopyUp(b, rel)
+	// A change of metadata alone copies no data (metacopy); a size does.
+	copyUp := n.fs.st.CopyUpMeta
+	if _, ok := in.GetSize(); ok {
+		copyUp = n.fs.st.CopyUp
+	}
+	real, err := copyUp(b, rel)
 	if err != nil {
 		return errno(err)
 	}
@@ -870,8 +875,8 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	if attr == "user.arbor.ino" {
-		return 0, syscall.ENODATA
+	if strings.HasPrefix(attr, "user.arbor.") {
+		return 0, syscall.ENODATA // the store's own
 	}
 	_, _, res, e := n.resolve()
 	if e != 0 {
@@ -889,7 +894,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if e != 0 {
 		return e
 	}
-	real, err := n.fs.st.CopyUp(b, rel)
+	real, err := n.fs.st.CopyUpMeta(b, rel)
 	if err != nil {
 		return errno(err)
 	}
@@ -925,7 +930,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if _, err := n.fs.st.Getxattr(res.Real, attr, nil); err != nil {
 		return errno(err)
 	}
-	real, err := n.fs.st.CopyUp(b, rel)
+	real, err := n.fs.st.CopyUpMeta(b, rel)
 	if err != nil {
 		return errno(err)
 	}

@@ -51,8 +51,8 @@ func (e *Engine) diff(ctx context.Context, ts *treeState, req api.Request) (api.
 				return api.Response{}, err
 			}
 			c := &changes[i]
-			if c.Kind == "deleted" {
-				continue
+			if c.Kind == "deleted" || c.Meta {
+				continue // no data to diff; the data is the fork point's
 			}
 			if total >= DiffTotalMax { // past the total: not read at all
 				c.Note = past

@@ -384,7 +384,22 @@ func (s *Store) plan(c *Branch) ([]op, error) {
 					}
 				}
 			}
+		case res.Data != "" && res.DataDepth == 0:
+			// A metadata-only copy-up of a base file: its metadata goes
+			// onto the base's file, its data stays as it is.
+			ops = append(ops, op{Kind: "meta", Path: p, Src: res.Real})
+			done[p] = true
 		default:
+			if res.Data != "" {
+				// Metadata only, over data of a layer above the base: the
+				// base needs the data too (a whole copy in the child's head).
+				if _, err := s.copyUpWith(c, p, false, nil); err != nil {
+					return nil, err
+				}
+				if res, err = s.resolve(c, p, len(c.chain)); err != nil {
+					return nil, err
+				}
+			}
 			kind := "replace"
 			if res.Nlink > 1 && res.Ino != 0 {
 				// The copy of a hard-linked base file: write it into the
@@ -462,6 +477,14 @@ func (s *Store) apply(ops []op, durable bool) (moved [][2]string, err error) {
 				continue // moved already
 			}
 			moved = append(moved, [2]string{o.Src, dst})
+		case "meta":
+			var st unix.Stat_t
+			if err := s.Lstat(o.Src, &st); err != nil {
+				return moved, err
+			}
+			if err := s.copyMetaExact(o.Src, dst, &st); err != nil {
+				return moved, err
+			}
 		case "inplace":
 			var st unix.Stat_t
 			if err := s.Lstat(o.Src, &st); err != nil {

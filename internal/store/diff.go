@@ -24,6 +24,7 @@ const (
 type Change struct {
 	Kind string
 	Path string
+	Meta bool // modified: its metadata only (its data is the fork point's)
 }
 
 // Diff lists the paths the branch added, modified or deleted since its fork
@@ -50,11 +51,12 @@ func (s *Store) Diff(name string) ([]Change, error) {
 		then, terr := s.resolve(b, p, b.forkDepth)
 		switch {
 		case nerr == nil && terr != nil:
-			out = append(out, Change{Added, p})
+			out = append(out, Change{Kind: Added, Path: p})
 		case nerr != nil && terr == nil:
-			out = append(out, Change{Deleted, p})
+			out = append(out, Change{Kind: Deleted, Path: p})
 		case nerr == nil && now.Depth > b.forkDepth && (now.Kind != kDir || then.Kind != kDir):
-			out = append(out, Change{Modified, p})
+			meta := now.Data != "" && now.DataDepth <= b.forkDepth
+			out = append(out, Change{Kind: Modified, Path: p, Meta: meta})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
@@ -184,7 +186,7 @@ func (s *Store) openSides(name, rel string, vs [2]*Version, fds *[2]int) error {
 		if st.Mode&unix.S_IFMT != unix.S_IFREG {
 			continue // a symlink (not followed), a device, a FIFO
 		}
-		fd, err := s.openChecked(res.Real, unix.O_RDONLY|unix.O_CLOEXEC, &st, false)
+		fd, err := s.openChecked(res.DataReal(), unix.O_RDONLY|unix.O_CLOEXEC, &st, false)
 		if err != nil {
 			return err
 		}

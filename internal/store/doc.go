@@ -17,6 +17,15 @@
 // A layer's directory is made only at its first write, so an empty head costs
 // nothing on disk.
 //
+// Metacopy. A change of metadata alone (CopyUpMeta: chmod, chown, times,
+// xattrs) of a regular file with one name from a lower layer copies no
+// data: the head gets an empty file with the metadata, marked by the xattr
+// user.arbor.metacopy, and the path's data is what the layers below show
+// at the same path (Res.Data). The first write of data (or a rename, a link)
+// copies it up whole (materialize). Diff reports such a change as
+// metadata only, and a commit into main applies it to the base's file in
+// place (op "meta": its owner, mode, times and xattrs; its data untouched).
+//
 // Fork is O(1) in the size of the base: the parent's head is frozen (it stays
 // in the parent's chain and becomes the bottom of the child's) and both sides
 // get fresh empty heads. An empty head is not frozen at all: the child simply

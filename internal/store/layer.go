@@ -14,6 +14,9 @@ const (
 	opqMarker  = ".wh..wh..opq"
 	inoXattr   = "user.arbor.ino"   // the inode number a copied-up file keeps reporting
 	nlinkXattr = "user.arbor.nlink" // the link count of a hard-linked file it was copied from
+	// metaXattr marks a metadata-only copy-up (metacopy): an empty file
+	// whose metadata is the path's and whose data is the lower file's.
+	metaXattr = "user.arbor.metacopy"
 )
 
 type kind uint8
@@ -62,6 +65,9 @@ type entry struct {
 	kind   kind
 	opaque bool
 	ino    uint64 // for a copied-up file, the inode number it reports
+	// meta: a metadata-only copy-up; the data is what the layers below
+	// show at the same path (see Store.CopyUpMeta).
+	meta bool
 }
 
 func (l *layer) real(rel string) string {
@@ -156,6 +162,9 @@ func (s *Store) indexDir(l *layer, dir int, rel string) error {
 				l.bytes += st.Size
 			}
 			s.putAlloc(l, p, kFile, false, ino, st.Blocks*512)
+			if st.Size == 0 && st.Mode&unix.S_IFMT == unix.S_IFREG && s.readXattrUint(l.real(p), metaXattr) == 1 {
+				s.setMeta(l, p)
+			}
 			if nl := s.readXattrUint(l.real(p), nlinkXattr); nl > 1 && ino != 0 {
 				s.addLink(l, ino, p, uint32(nl))
 			}
@@ -230,7 +239,7 @@ func (s *Store) putAlloc(l *layer, rel string, k kind, opaque bool, ino uint64, 
 	es := s.index[rel]
 	for i := range es {
 		if es[i].l == l {
-			es[i].kind, es[i].opaque, es[i].ino = k, opaque, ino
+			es[i].kind, es[i].opaque, es[i].ino, es[i].meta = k, opaque, ino, false
 			return
 		}
 	}
@@ -267,6 +276,16 @@ func (s *Store) dropTree(l *layer, rel string) {
 	for p := range l.paths {
 		if rel == "" || strings.HasPrefix(p, prefix) {
 			s.drop(l, p)
+		}
+	}
+}
+
+// setMeta marks rel's entry in layer l a metadata-only copy-up.
+func (s *Store) setMeta(l *layer, rel string) {
+	es := s.index[rel]
+	for i := range es {
+		if es[i].l == l {
+			es[i].meta = true
 		}
 	}
 }

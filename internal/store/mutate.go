@@ -289,6 +289,9 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 		return "", err
 	}
 	if res.Depth == h.depth {
+		if res.Data != "" {
+			return res.Real, s.materialize(b, rel, res, trunc)
+		}
 		return res.Real, nil
 	}
 	if err := s.ensureParent(b, rel); err != nil {
@@ -296,6 +299,9 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 	}
 	var st unix.Stat_t
 	if err := s.Lstat(res.Real, &st); err != nil {
+		return "", err
+	}
+	if err := s.dataStat(res, &st); err != nil {
 		return "", err
 	}
 	if (st.Mode&unix.S_IFMT == unix.S_IFDIR) != res.IsDir() {
@@ -340,8 +346,22 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 		return dst, nil
 	}
 	copy := s.copyNode
-	if empty {
+	switch {
+	case empty:
 		copy = s.copyEmpty
+	case res.Data != "":
+		// A lower metadata-only copy-up: its data from below, its
+		// metadata from it.
+		copy = func(src, dst string, st *unix.Stat_t) error {
+			if err := s.copyData(res.Data, dst); err != nil {
+				return err
+			}
+			if err := s.copyMeta(src, dst, st); err != nil {
+				s.unlinkPath(dst)
+				return err
+			}
+			return nil
+		}
 	}
 	if pre != nil && pre.src == res.Real && pre.head == h && pre.sig == sigOfStat(&st) && !empty {
 		// Made outside the lock: publish it (a rename in the store's
@@ -366,6 +386,107 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 		}
 	}
 	s.put(h, rel, k, false, ino)
+	return dst, nil
+}
+
+// materialize gives the metadata-only copy-up of rel in b's head (res) its
+// data: at the first write of data (or, with trunc, none: the open
+// discards it). Its times are kept: an open is not a write.
+func (s *Store) materialize(b *Branch, rel string, res Res, trunc bool) error {
+	h := b.head()
+	var st, dst unix.Stat_t
+	if err := s.Lstat(res.Real, &st); err != nil {
+		return err
+	}
+	if !trunc {
+		if err := s.Lstat(res.Data, &dst); err != nil {
+			return err
+		}
+		if b.Quota > 0 && s.usage(b)+dst.Size > b.Quota {
+			return syscall.ENOSPC
+		}
+		if err := s.fits(copyCost(&dst)); err != nil {
+			return err
+		}
+		in, err := s.openFile(res.Data, unix.O_RDONLY)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(in)
+		out, err := s.openFile(res.Real, unix.O_WRONLY)
+		if err != nil {
+			return err
+		}
+		err = copyExtents(in, out)
+		if cerr := unix.Close(out); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			s.Truncate(res.Real, 0) // still a metadata-only copy: no data
+			return err
+		}
+		h.bytes += dst.Size
+		if err := s.Utimes(res.Real, []unix.Timespec{st.Atim, st.Mtim}); err != nil {
+			return err
+		}
+	}
+	if err := s.Removexattr(res.Real, metaXattr); err != nil {
+		return err
+	}
+	e, _ := s.get(h, rel)
+	s.put(h, rel, kFile, false, e.ino)
+	return nil
+}
+
+// CopyUpMeta makes rel's metadata changeable in b (chmod, chown, times,
+// xattrs) without copying its data, as overlayfs's metacopy: a regular
+// file with one name below b's head gets an empty file in the head that
+// holds its metadata and is marked metadata-only; reads take the data
+// from below; the first write of data copies it (materialize). Anything
+// else is copied up whole (CopyUp). It returns the real path to change.
+func (s *Store) CopyUpMeta(b *Branch, rel string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := writableBranch(b); err != nil {
+		return "", err
+	}
+	if b.Name == Main {
+		return s.copyUpWith(b, rel, false, nil)
+	}
+	h := b.head()
+	res, err := s.resolve(b, rel, len(b.chain))
+	if err != nil {
+		return "", err
+	}
+	if res.Depth == h.depth {
+		return res.Real, nil // in the head already, whole or metadata only
+	}
+	var st unix.Stat_t
+	if res.IsDir() || res.Nlink > 1 || s.Lstat(res.Real, &st) != nil ||
+		st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 {
+		return s.copyUpWith(b, rel, false, nil)
+	}
+	if err := s.ensureParent(b, rel); err != nil {
+		return "", err
+	}
+	if err := s.fits(0); err != nil {
+		return "", err
+	}
+	dst := h.real(rel)
+	if err := s.copyEmpty(res.Real, dst, &st); err != nil {
+		return "", err
+	}
+	ino := res.Ino
+	if ino == 0 {
+		ino = st.Ino
+	}
+	s.setIno(dst, ino)
+	if err := s.Setxattr(dst, metaXattr, []byte("1"), 0); err != nil {
+		s.unlinkPath(dst)
+		return "", err
+	}
+	s.put(h, rel, kFile, false, ino)
+	s.setMeta(h, rel)
 	return dst, nil
 }
 
@@ -711,7 +832,7 @@ func (s *Store) OpenRead(b *Branch, rel string, flags int, st *unix.Stat_t) (int
 		return -1, Res{}, err
 	}
 	lazy = lazy && res.Depth == 0
-	fd, err := s.openChecked(res.Real, flags, st, true)
+	fd, err := s.openChecked(res.DataReal(), flags, st, true)
 	if err != nil {
 		return -1, Res{}, err
 	}
@@ -766,7 +887,7 @@ func (s *Store) prepareCopyUp(b *Branch, rel string, trunc bool) *prepared {
 	h := b.head()
 	res, err := s.resolve(b, rel, len(b.chain))
 	s.mu.RUnlock()
-	if err != nil || res.Depth == h.depth || res.IsDir() || res.Nlink > 1 {
+	if err != nil || res.Depth == h.depth || res.IsDir() || res.Nlink > 1 || res.Data != "" {
 		return nil
 	}
 	var st unix.Stat_t

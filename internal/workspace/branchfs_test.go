@@ -231,3 +231,37 @@ func TestStaleWorkRescued(t *testing.T) {
 		t.Errorf("the aborted branch's view: %v", err2)
 	}
 }
+
+// TestMetadataOnlyChange: a chmod in a branch is a metadata-only change:
+// ws_diff and tree_diff say so, and its commit into main changes the base
+// file's mode in place (the same inode: its data is not rewritten).
+func TestMetadataOnlyChange(t *testing.T) {
+	testenv.NeedFUSE(t)
+	s := newStack(t)
+	base, mp := t.TempDir(), filepath.Join(t.TempDir(), "m")
+	os.WriteFile(filepath.Join(base, "f"), []byte("data\n"), 0o644)
+	var before unix.Stat_t
+	unix.Stat(filepath.Join(base, "f"), &before)
+	do(t, s, api.Request{Op: api.OpWsMount, Base: base, Mountpoint: mp})
+	defer do(t, s, api.Request{Op: api.OpWsUnmount, Mountpoint: mp})
+	do(t, s, api.Request{Op: api.OpWsCreate, Mountpoint: mp, Branch: "b"})
+	if err := os.Chmod(filepath.Join(mp, "f"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := do(t, s, api.Request{Op: api.OpWsDiff, Mountpoint: mp})
+	if len(d.Changes) != 1 || !d.Changes[0].Meta || d.Changes[0].Kind != "modified" {
+		t.Fatalf("ws_diff after a chmod: %+v, want f modified, metadata only", d.Changes)
+	}
+	td := do(t, s, api.Request{Op: api.OpTreeDiff, TreeID: d.TreeID, NodeID: d.NodeID})
+	if len(td.Changes) != 1 || !td.Changes[0].Meta || td.Changes[0].Diff != "" {
+		t.Fatalf("tree_diff after a chmod: %+v", td.Changes)
+	}
+	do(t, s, api.Request{Op: api.OpWsCommit, Mountpoint: mp})
+	var after unix.Stat_t
+	if err := unix.Stat(filepath.Join(base, "f"), &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Ino != before.Ino || after.Mode&07777 != 0o600 {
+		t.Fatalf("the base's f after the commit: ino %d (was %d), mode %#o", after.Ino, before.Ino, after.Mode&07777)
+	}
+}

@@ -250,7 +250,7 @@ func (t *TreeFiles) Diff(branch string) ([]api.Change, error) {
 	}
 	out := make([]api.Change, 0, len(changes))
 	for _, c := range changes {
-		out = append(out, api.Change{Kind: c.Kind, Path: c.Path})
+		out = append(out, api.Change{Kind: c.Kind, Path: c.Path, Meta: c.Meta})
 	}
 	return out, nil
 }
