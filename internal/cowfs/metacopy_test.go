@@ -79,3 +79,34 @@ func TestMetacopyThroughMount(t *testing.T) {
 		t.Fatal("the base changed")
 	}
 }
+
+// TestMetacopyReaderThenWriter: a reader holds a metadata-only copy open
+// (its descriptor reads the lower data) when a writer opens it: the
+// writer's open copies the data up and succeeds (a new kernel inode, not
+// ESTALE), and a new open sees the write.
+func TestMetacopyReaderThenWriter(t *testing.T) {
+	f, _, mnt := mount(t, func(b string) { os.WriteFile(filepath.Join(b, "f"), []byte("lower"), 0o644) })
+	if err := f.Create("b", "main", 0); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(mnt, "f")
+	if err := os.Chmod(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatalf("open for writing beside a reader of the metadata-only copy: %v", err)
+	}
+	if _, err := w.Write([]byte("+w")); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if d, err := os.ReadFile(p); err != nil || string(d) != "lower+w" {
+		t.Fatalf("after the write: %q, %v", d, err)
+	}
+}
