@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -93,6 +94,9 @@ func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCom
 	if c.stale {
 		return CommitResult{}, nil, api.Errorf(api.ErrStale, "commit %s: the branch is stale (a sibling committed first); abort it", child)
 	}
+	if err := s.checkResolved(c); err != nil {
+		return CommitResult{}, nil, err
+	}
 	if len(c.kids) > 0 {
 		// Commit is leaf-only (as in BranchFS and the engine's trees): the
 		// children forked from c's state would be orphaned or made stale by
@@ -171,6 +175,12 @@ func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCom
 	// The journal and the siblings' staleness in one transaction: from here
 	// on the commit is decided, and no other branch may read a base that
 	// is half changed.
+	var snaps []*layer // the snapshots the branches made stale read
+	for _, d := range stale {
+		if d.snap != nil && !slices.Contains(snaps, d.snap) {
+			snaps = append(snaps, d.snap)
+		}
+	}
 	for _, d := range stale {
 		d.stale = true
 	}
@@ -180,10 +190,79 @@ func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCom
 		}
 		return CommitResult{}, nil, fmt.Errorf("commit %s: journal: %w", child, err)
 	}
+	// The branches made stale keep their view of main as it was (they can
+	// be read, diffed and rebased): what the commit is about to change is
+	// preserved into their snapshots first. Decided already: a crash from
+	// here replays the journal, and leaves them only the worse for it.
+	if err := s.preserveFor(snaps, ops); err != nil {
+		s.log.Warn("commit: the stale branches' view of main not kept whole", "child", c.Name, "err", err)
+	}
 	s.pending = &journal{Child: c.Name, Ops: ops}
 	c.committing = true
 	s.applying = true
 	return res, &mainCommit{c: c, ops: ops, stale: res.Stale, sync: durable}, nil
+}
+
+// preserveFor keeps, in the snapshots snaps, main's current state of every
+// path ops will change. A file the commit replaces or deletes whole is
+// kept by a hard link (the commit only takes its name away); one whose
+// metadata alone changes, by a metadata-only copy (its data stays where it
+// is); one written in place (a hard-linked file), by a copy; a directory,
+// as preserve keeps it.
+func (s *Store) preserveFor(snaps []*layer, ops []op) error {
+	if len(snaps) == 0 {
+		return nil
+	}
+	for _, o := range ops {
+		if o.Path == "" {
+			continue
+		}
+		real := s.base + "/" + o.Path
+		var st unix.Stat_t
+		if s.Lstat(real, &st) != nil {
+			// The commit adds it: hidden from the snapshots (a whiteout).
+			if err := s.preserveInto(snaps, o.Path, false); err != nil {
+				return err
+			}
+			continue
+		}
+		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+		if isDir {
+			if err := s.preserveInto(snaps, o.Path, o.Kind == "delete"); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, l := range snaps {
+			if s.covered(l, o.Path, false) {
+				continue
+			}
+			if err := s.ensureParentIn(l, o.Path); err != nil {
+				return err
+			}
+			dst := l.real(o.Path)
+			var err error
+			switch {
+			case o.Kind == "meta":
+				if err = s.copyEmpty(real, dst, &st); err == nil {
+					err = s.Setxattr(dst, metaXattr, []byte("1"), 0)
+				}
+			case (o.Kind == "replace" || o.Kind == "delete") && st.Nlink == 1:
+				err = s.link(real, dst)
+			default:
+				err = s.copyNode(real, dst, &st)
+			}
+			if err != nil {
+				return err
+			}
+			s.setIno(dst, st.Ino)
+			s.put(l, o.Path, kFile, false, st.Ino)
+			if o.Kind == "meta" {
+				s.setMeta(l, o.Path)
+			}
+		}
+	}
+	return nil
 }
 
 // applyMain applies a decided commit into main to the base, without the

@@ -51,9 +51,11 @@
 // change; replayed at Open), in time proportional to the change. After a
 // commit every other branch under the parent is stale: its changes fail
 // with ESTALE, but it keeps its layers until it is aborted, so that its work
-// can be read, listed and diffed (a stale branch of main reads the base as
-// it is now where it changed nothing: main's snapshots are kept for live
-// branches only). Commit is leaf-only (as in BranchFS and in
+// can be read, listed, diffed and replayed onto the new state (Replay,
+// rebase.go). A commit into main first keeps what it will change in the
+// snapshots the stale branches read (preserveFor: a hard link for a file it
+// replaces or deletes, a metadata-only copy for a change of metadata), so
+// their view stays their own. Commit is leaf-only (as in BranchFS and in
 // the engine's trees): a branch with children, live or stale, is refused
 // with api.ErrState and EBUSY naming them, so no descendant's changes are
 // ever dropped or orphaned by its parent's commit.

@@ -60,7 +60,7 @@ func TestMetacopy(t *testing.T) {
 	unix.Setxattr(bigBase, "user.drop", []byte("d"), 0)
 	var baseSt unix.Stat_t
 	unix.Lstat(bigBase, &baseSt)
-	f.fork(Main, "b")
+	f.fork(Main, "b", "sib") // sib goes stale at b's commit, and keeps its view
 	b := f.br("b")
 	real := metaChange(t, f, b, "big", 0o600)
 	if err := f.s.Removexattr(real, "user.drop"); err != nil {
@@ -164,5 +164,16 @@ func TestMetacopy(t *testing.T) {
 	}
 	if got := f.baseRead("small"); got != "small\nmore\n" {
 		t.Fatalf("the base's small: %q", got)
+	}
+	// The stale sibling still sees big and small as at its fork.
+	sib := f.br("sib")
+	if st := f.statOf(sib, "big"); st.Mode&07777 != 0o644 || st.Size != int64(len(big)) {
+		t.Fatalf("the stale sibling's big: mode %#o size %d", st.Mode&07777, st.Size)
+	}
+	if got := f.readData(sib, "big"); !bytes.Equal(got, big) {
+		t.Fatal("the stale sibling's big data")
+	}
+	if got := f.read(sib, "small"); got != "small\n" {
+		t.Fatalf("the stale sibling's small: %q", got)
 	}
 }

@@ -57,7 +57,11 @@ func (s *Store) covered(o *layer, rel string, subtree bool) bool {
 // does not already decide it, before main changes rel. With subtree, a
 // directory is preserved with everything under it (main is about to move it).
 func (s *Store) preserve(rel string, subtree bool) error {
-	snaps := s.liveSnaps()
+	return s.preserveInto(s.liveSnaps(), rel, subtree)
+}
+
+// preserveInto is preserve into the snapshots snaps.
+func (s *Store) preserveInto(snaps []*layer, rel string, subtree bool) error {
 	if len(snaps) == 0 {
 		return nil
 	}

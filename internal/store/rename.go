@@ -16,6 +16,11 @@ func (s *Store) Rename(b *Branch, old, new string, flags uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.dirsChanged()
+	return s.renameLocked(b, old, new, flags)
+}
+
+// renameLocked is Rename with s.mu held.
+func (s *Store) renameLocked(b *Branch, old, new string, flags uint32) error {
 	if err := writableBranch(b); err != nil {
 		return err
 	}
