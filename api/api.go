@@ -131,6 +131,15 @@ type Change struct {
 	Note string `json:"note,omitempty"`
 }
 
+// Conflict is one path tree_rebase could not merge by itself. The new
+// node is not committable until each is resolved: a text file's conflict
+// markers removed, or the other version kept Aside removed.
+type Conflict struct {
+	Path  string `json:"path"`
+	Kind  string `json:"kind"`            // text, both (Aside holds theirs), type
+	Aside string `json:"aside,omitempty"` // the path of the other version
+}
+
 // Mount is one workspace mount.
 type Mount struct {
 	Mountpoint string `json:"mountpoint"`
@@ -172,7 +181,9 @@ type Response struct {
 	Branch    string   `json:"branch,omitempty"`
 	Branches  []Branch `json:"branches,omitempty"`
 	Changes   []Change `json:"changes,omitempty"`
-	Mounts    []Mount  `json:"mounts,omitempty"`
+	// Conflicts: tree_rebase's paths left to resolve.
+	Conflicts []Conflict `json:"conflicts,omitempty"`
+	Mounts    []Mount    `json:"mounts,omitempty"`
 	// Output is one chunk of a tree_exec's output (Status StatusExecOutput).
 	Output *ExecOutput `json:"output,omitempty"`
 	// Exit ends a tree_exec's stream (Status StatusExecExit).

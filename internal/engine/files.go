@@ -105,6 +105,13 @@ type Differ interface {
 	Diff(branch string) ([]api.Change, error)
 }
 
+// Rebaser is a Files that can replay a branch's changes (against its fork
+// point) onto another branch, a fresh fork of the first one's parent
+// (tree_rebase), merging what both changed and listing what it could not.
+type Rebaser interface {
+	Replay(from, into string) ([]api.Conflict, error)
+}
+
 // ContentDiffer is a Differ that can also give one changed path's content
 // at the branch's fork point and now (tree_diff's text diffs).
 type ContentDiffer interface {

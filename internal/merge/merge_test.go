@@ -9,7 +9,7 @@ func TestLines(t *testing.T) {
 	base := "a\nb\nc\nd\ne\n"
 	for _, c := range []struct {
 		name, ours, theirs, want string
-		conflicts               int
+		conflicts                int
 	}{
 		{"ours only", "a\nB\nc\nd\ne\n", base, "a\nB\nc\nd\ne\n", 0},
 		{"theirs only", base, "a\nb\nc\nD\ne\n", "a\nb\nc\nD\ne\n", 0},

@@ -265,3 +265,83 @@ func TestMetadataOnlyChange(t *testing.T) {
 		t.Fatalf("the base's f after the commit: ino %d (was %d), mode %#o", after.Ino, before.Ino, after.Mode&07777)
 	}
 }
+
+// TestRebaseStaleBranch: tree_rebase of the loser of a commit race makes a
+// new child of the parent's state now with the loser's changes: text both
+// changed merged line by line, a clash marked and listed, a binary change
+// kept both ways; the new node's commit is refused until they are
+// resolved, then lands.
+func TestRebaseStaleBranch(t *testing.T) {
+	testenv.NeedFUSE(t)
+	s := newStack(t)
+	base, mp := t.TempDir(), filepath.Join(t.TempDir(), "m")
+	text := "1\n2\n3\n4\n5\n6\n7\n8\n"
+	for n, d := range map[string]string{"merge": text, "clash": text, "bin": "\x00base"} {
+		os.WriteFile(filepath.Join(base, n), []byte(d), 0o644)
+	}
+	do(t, s, api.Request{Op: api.OpWsMount, Base: base, Mountpoint: mp})
+	defer do(t, s, api.Request{Op: api.OpWsUnmount, Mountpoint: mp})
+	for _, n := range []string{"win", "lose"} {
+		do(t, s, api.Request{Op: api.OpWsCreate, Mountpoint: mp, Branch: n, NoSwitch: true})
+	}
+	write := func(branch, name, data string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(mp, "@"+branch, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("win", "merge", strings.Replace(text, "8\n", "8 win\n", 1))
+	write("win", "clash", strings.Replace(text, "4\n", "4 win\n", 1))
+	write("win", "bin", "\x00win")
+	write("lose", "merge", strings.Replace(text, "1\n", "1 lose\n", 1))
+	write("lose", "clash", strings.Replace(text, "4\n", "4 lose\n", 1))
+	write("lose", "bin", "\x00lose")
+	write("lose", "new", "new\n")
+	do(t, s, api.Request{Op: api.OpWsCommit, Mountpoint: mp, Branch: "win"})
+	d := do(t, s, api.Request{Op: api.OpWsDiff, Mountpoint: mp, Branch: "lose"})
+	r := do(t, s, api.Request{Op: api.OpTreeRebase, TreeID: d.TreeID, NodeID: d.NodeID, Label: "again"})
+	if r.Status != "tree_rebased" || r.NodeID == "" || r.NodeID == d.NodeID {
+		t.Fatalf("tree_rebase: %+v", r)
+	}
+	kinds := map[string]string{}
+	for _, c := range r.Conflicts {
+		kinds[c.Path] = c.Kind
+	}
+	if len(r.Conflicts) != 2 || kinds["clash"] != "text" || kinds["bin"] != "both" {
+		t.Fatalf("conflicts: %+v", r.Conflicts)
+	}
+	view := filepath.Join(mp, "@again")
+	read := func(name string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(view, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if got := read("merge"); got != strings.Replace(strings.Replace(text, "1\n", "1 lose\n", 1), "8\n", "8 win\n", 1) {
+		t.Errorf("merge: %q", got)
+	}
+	if got := read("clash"); !strings.Contains(got, "<<<<<<< ") || !strings.Contains(got, "4 lose\n=======\n4 win\n") {
+		t.Errorf("clash: %q", got)
+	}
+	if read("bin") != "\x00lose" || read("bin~theirs") != "\x00win" || read("new") != "new\n" {
+		t.Errorf("bin %q, bin~theirs %q, new %q", read("bin"), read("bin~theirs"), read("new"))
+	}
+	self := access.WithCred(context.Background(), access.Self())
+	if _, err := s.Do(self, api.Request{Op: api.OpTreeCommit, TreeID: d.TreeID, NodeID: r.NodeID}); !errors.Is(err, api.ErrState) {
+		t.Fatalf("commit with conflicts: %v, want ErrState", err)
+	}
+	if err := os.WriteFile(filepath.Join(view, "clash"), []byte(strings.Replace(text, "4\n", "4 both\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(view, "bin~theirs")); err != nil {
+		t.Fatal(err)
+	}
+	do(t, s, api.Request{Op: api.OpTreeCommit, TreeID: d.TreeID, NodeID: r.NodeID})
+	for n, want := range map[string]string{"clash": strings.Replace(text, "4\n", "4 both\n", 1), "bin": "\x00lose", "new": "new\n"} {
+		if b, _ := os.ReadFile(filepath.Join(base, n)); string(b) != want {
+			t.Errorf("the base's %s after the commit: %q, want %q", n, b, want)
+		}
+	}
+}

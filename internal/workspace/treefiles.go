@@ -255,6 +255,16 @@ func (t *TreeFiles) Diff(branch string) ([]api.Change, error) {
 	return out, nil
 }
 
+// Replay replays from's changes onto into (store.Replay).
+func (t *TreeFiles) Replay(from, into string) ([]api.Conflict, error) {
+	cs, err := t.st.Replay(from, into)
+	out := make([]api.Conflict, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, api.Conflict{Path: c.Path, Kind: c.Kind, Aside: c.Aside})
+	}
+	return out, err
+}
+
 // DiffFile gives path at branch's fork point and now (store.DiffFile).
 func (t *TreeFiles) DiffFile(branch, path string, max int64) (then, now engine.FileVersion, err error) {
 	a, b, err := t.st.DiffFile(branch, path, max)
