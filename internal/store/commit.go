@@ -192,8 +192,10 @@ func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCom
 	}
 	// The branches made stale keep their view of main as it was (they can
 	// be read, diffed and rebased): what the commit is about to change is
-	// preserved into their snapshots first. Decided already: a crash from
-	// here replays the journal, and leaves them only the worse for it.
+	// preserved into their snapshots first. The commit is decided already
+	// and must go on: a failure here (or a crash, after which the journal
+	// is replayed) leaves the stale branches main's new state for the paths
+	// not kept, which is said in the log; the commit's own promise holds.
 	if err := s.preserveFor(snaps, ops); err != nil {
 		s.log.Warn("commit: the stale branches' view of main not kept whole", "child", c.Name, "err", err)
 	}
@@ -247,8 +249,8 @@ func (s *Store) preserveFor(snaps []*layer, ops []op) error {
 				if err = s.copyEmpty(real, dst, &st); err == nil {
 					err = s.Setxattr(dst, metaXattr, []byte("1"), 0)
 				}
-			case (o.Kind == "replace" || o.Kind == "delete") && st.Nlink == 1:
-				err = s.link(real, dst)
+			case (o.Kind == "replace" || o.Kind == "delete") && st.Nlink == 1 && s.writers[real] == 0:
+				err = s.link(real, dst) // no writer of main's can change it after
 			default:
 				err = s.copyNode(real, dst, &st)
 			}
