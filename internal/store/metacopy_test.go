@@ -118,6 +118,26 @@ func TestMetacopy(t *testing.T) {
 	if err := f.s.Abort("c"); err != nil {
 		t.Fatal(err)
 	}
+	// A write in a fork of b, whose head has no copy of big: the data of
+	// b's metadata-only copy comes up under b's metadata.
+	f.fork("b", "d")
+	d := f.br("d")
+	fd, _, err = f.s.OpenFile(d, "big", unix.O_WRONLY|unix.O_APPEND, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Write(fd, []byte("+d"))
+	unix.Close(fd)
+	f.s.CloseWrite(d.head().real("big"))
+	if got := f.readData(d, "big"); !bytes.Equal(got, append(append([]byte{}, big...), "+d"...)) {
+		t.Fatalf("big in d after a write: %d bytes", len(got))
+	}
+	if st := f.statOf(d, "big"); st.Mode&07777 != 0o600 {
+		t.Fatalf("big in d after a write: mode %#o, want b's 0600", st.Mode&07777)
+	}
+	if err := f.s.Abort("d"); err != nil {
+		t.Fatal(err)
+	}
 
 	// A write to a metadata-only copy in the head: the data is copied
 	// into it, the metadata and the times kept.

@@ -294,7 +294,7 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 	}
 	if res.Depth == h.depth {
 		if res.Data != "" {
-			return res.Real, s.materialize(b, rel, res, trunc)
+			return res.Real, s.materialize(b, rel, res, trunc, pre)
 		}
 		return res.Real, nil
 	}
@@ -354,10 +354,15 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 	case empty:
 		copy = s.copyEmpty
 	case res.Data != "":
-		// A lower metadata-only copy-up: its data from below, its
-		// metadata from it.
+		// A lower metadata-only copy-up: its data from below (made aside
+		// outside the lock, if it was), its metadata from it.
 		copy = func(src, dst string, st *unix.Stat_t) error {
-			if err := s.copyData(res.Data, dst); err != nil {
+			if pre.fits(res.Data, h) && s.sigOf(res.Data) == pre.sig {
+				if err := s.rename(pre.tmp, dst, unix.RENAME_NOREPLACE); err != nil {
+					return err
+				}
+				pre.used = true
+			} else if err := s.copyData(res.Data, dst); err != nil {
 				return err
 			}
 			if err := s.copyMeta(src, dst, st); err != nil {
@@ -367,7 +372,7 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 			return nil
 		}
 	}
-	if pre != nil && pre.src == res.Real && pre.head == h && pre.sig == sigOfStat(&st) && !empty {
+	if pre != nil && !pre.dataOnly && pre.src == res.Real && pre.head == h && pre.sig == sigOfStat(&st) && !empty {
 		// Made outside the lock: publish it (a rename in the store's
 		// filesystem). Its bytes were reserved while it was made.
 		copy = func(_, dst string, _ *unix.Stat_t) error {
@@ -396,11 +401,27 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 // materialize gives the metadata-only copy-up of rel in b's head (res) its
 // data: at the first write of data (or, with trunc, none: the open
 // discards it). Its times are kept: an open is not a write.
-func (s *Store) materialize(b *Branch, rel string, res Res, trunc bool) error {
+func (s *Store) materialize(b *Branch, rel string, res Res, trunc bool, pre *prepared) error {
 	h := b.head()
 	var st, dst unix.Stat_t
 	if err := s.Lstat(res.Real, &st); err != nil {
 		return err
+	}
+	e, _ := s.get(h, rel)
+	if !trunc && pre.fits(res.Data, h) && s.sigOf(res.Data) == pre.sig {
+		// The data was copied aside outside the lock: it takes the copy-up's
+		// metadata, and its place (its bytes reserved already).
+		if err := s.copyMeta(res.Real, pre.tmp, &st); err != nil {
+			return err
+		}
+		s.setIno(pre.tmp, e.ino)
+		if err := s.rename(pre.tmp, res.Real, 0); err != nil {
+			return err
+		}
+		pre.used = true
+		h.bytes += pre.sig.size
+		s.put(h, rel, kFile, false, e.ino)
+		return nil
 	}
 	if !trunc {
 		if err := s.Lstat(res.Data, &dst); err != nil {
@@ -437,9 +458,13 @@ func (s *Store) materialize(b *Branch, rel string, res Res, trunc bool) error {
 	if err := s.Removexattr(res.Real, metaXattr); err != nil {
 		return err
 	}
-	e, _ := s.get(h, rel)
 	s.put(h, rel, kFile, false, e.ino)
 	return nil
+}
+
+// fits reports whether p is the data of src copied aside for head h.
+func (p *prepared) fits(src string, h *layer) bool {
+	return p != nil && p.dataOnly && p.src == src && p.head == h
 }
 
 // CopyUpMeta makes rel's metadata changeable in b (chmod, chown, times,
@@ -869,6 +894,9 @@ type prepared struct {
 	head     *layer  // the head it was made for
 	reserved int64   // its bytes, reserved under the limit while it is aside
 	used     bool    // published
+	// dataOnly: the data of a metadata-only copy-up (src is its data file);
+	// the metadata comes from the copy-up's own file when it is published.
+	dataOnly bool
 }
 
 // copyAside is the size from which a copy-up copies outside the lock: a
@@ -891,11 +919,12 @@ func (s *Store) prepareCopyUp(b *Branch, rel string, trunc bool) *prepared {
 	h := b.head()
 	res, err := s.resolve(b, rel, len(b.chain))
 	s.mu.RUnlock()
-	if err != nil || res.Depth == h.depth || res.IsDir() || res.Nlink > 1 || res.Data != "" {
+	src := res.DataReal() // a metadata-only copy-up's data is copied; its metadata at publication
+	if err != nil || (res.Depth == h.depth && res.Data == "") || res.IsDir() || res.Nlink > 1 {
 		return nil
 	}
 	var st unix.Stat_t
-	if s.Lstat(res.Real, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 || st.Blocks*512 < copyAside {
+	if s.Lstat(src, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 || st.Blocks*512 < copyAside {
 		return nil
 	}
 	reserved, err := s.Reserve(b, 0, copyCost(&st))
@@ -907,14 +936,18 @@ func (s *Store) prepareCopyUp(b *Branch, rel string, trunc bool) *prepared {
 		return nil
 	}
 	p := &prepared{tmp: filepath.Join(s.tmpDir(), fmt.Sprintf("up-%d-%d", os.Getpid(), tmpSeq.Add(1))),
-		src: res.Real, sig: sigOfStat(&st), head: h, reserved: reserved}
-	if err := s.copyNode(res.Real, p.tmp, &st); err != nil {
+		src: src, sig: sigOfStat(&st), head: h, reserved: reserved, dataOnly: res.Data != ""}
+	copy := s.copyNode
+	if p.dataOnly {
+		copy = func(src, dst string, _ *unix.Stat_t) error { return s.copyData(src, dst) }
+	}
+	if err := copy(src, p.tmp, &st); err != nil {
 		s.dropPrepared(p)
 		return nil
 	}
 	// The source changed while it was copied: the copy under the lock
 	// will be made again.
-	if s.sigOf(res.Real) != p.sig {
+	if s.sigOf(src) != p.sig {
 		s.dropPrepared(p)
 		return nil
 	}
