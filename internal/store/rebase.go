@@ -343,6 +343,39 @@ func (s *Store) saveConflicts(b *Branch, cs []Conflict) error {
 	return nil
 }
 
+// forgetConflicts drops the conflict records of branches gone (committed
+// or aborted), at Open. A failure leaves them: they name no branch.
+func (s *Store) forgetConflicts() {
+	live := map[string]bool{}
+	for _, b := range s.branches {
+		live[string(itob(b.ID))] = true
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketConflicts)
+		if bk == nil {
+			return nil
+		}
+		var gone [][]byte
+		if err := bk.ForEach(func(k, _ []byte) error {
+			if !live[string(k)] {
+				gone = append(gone, append([]byte(nil), k...))
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, k := range gone {
+			if err := bk.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("store: forget the conflicts of gone branches", "err", err)
+	}
+}
+
 // Conflicts lists branch name's conflicts that are not resolved yet.
 func (s *Store) Conflicts(name string) ([]Conflict, error) {
 	s.mu.RLock()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/arbor-dev/arbor/api"
+	bolt "go.etcd.io/bbolt"
 )
 
 // TestReplay: a stale branch's changes replayed onto a fresh fork of its
@@ -82,5 +83,17 @@ func TestReplay(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(f.base, "gone")); !os.IsNotExist(err) {
 		t.Errorf("gone: %v", err)
+	}
+	// r is gone: its record goes at the next Open.
+	f.reopen()
+	n := 0
+	f.s.db.View(func(tx *bolt.Tx) error {
+		if bk := tx.Bucket(bucketConflicts); bk != nil {
+			n = bk.Stats().KeyN
+		}
+		return nil
+	})
+	if n != 0 {
+		t.Errorf("%d conflict records left after r's commit and a reopen", n)
 	}
 }

@@ -915,6 +915,7 @@ func (s *Store) reclaim() {
 	for _, e := range trash {
 		s.removeLater(filepath.Join(s.dir, "trash", e.Name()))
 	}
+	s.forgetConflicts()
 	// Copies a crash left aside in the middle of moveOut.
 	s.removeAll(s.tmpDir())
 	s.reclaimLocked()
