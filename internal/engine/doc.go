@@ -63,6 +63,10 @@
 //     open finishes it. A crash after the suspend
 //     and before Files.Commit leaves a live child whose sandbox is
 //     suspended: reconcile resumes it.
+//   - rebase (tree_rebase): a fork of the node's parent (as above), then
+//     Rebaser.Replay of the node's changes onto the new child; a failed
+//     replay aborts the new child. A stale node's files stay readable and
+//     diffable until it is aborted, so that its work can be rescued so.
 //   - abort, prune: the subtree's execs end and its sandboxes are stopped,
 //     leaves first (a failure fails the verb, since what the nodes run must
 //     end; the nodes stopped so far stay live without a sandbox until the
