@@ -285,7 +285,7 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 	// 2-core host (BenchmarkFork/children=3), cold starts being CPU-bound.
 	for i, c := range children {
 		if err := b.run(ctx, c, paths[i]); err != nil {
-			for _, done := range children[:i+1] { // the one that failed too: its /tmp
+			for _, done := range children { // started or not, each has a /tmp now
 				b.stop(context.WithoutCancel(ctx), done)
 			}
 			return fmt.Errorf("jail backend: fork %s: start child %s: %w", source, c, err)
