@@ -85,6 +85,10 @@ type Tree struct {
 	OwnerUID uint32 `json:"owner_uid"`
 	Usage    Usage  `json:"usage"`
 	Budget   Budget `json:"budget"`
+	// Image is the root filesystem a jail tree's sandboxes run on (empty:
+	// the host's), Network their network (empty: NetworkNone).
+	Image   string `json:"image,omitempty"`
+	Network string `json:"network,omitempty"`
 }
 
 // Request is one JSON-lines request; Op selects the verb and the other fields
@@ -106,6 +110,16 @@ type Request struct {
 	Env       []string `json:"env,omitempty"`
 	Cwd       string   `json:"cwd,omitempty"`
 	TimeoutNS int64    `json:"timeout_ns,omitempty"`
+
+	// tree_create: the image a jail tree's sandboxes run on (empty or
+	// "host": the host's root) and their network (NetworkNone, the
+	// default, or NetworkOutbound). image_build, image_rm: Image names
+	// the image; image_build builds it from Suite, Variant and Packages.
+	Image    string   `json:"image,omitempty"`
+	Network  string   `json:"network,omitempty"`
+	Suite    string   `json:"suite,omitempty"`
+	Variant  string   `json:"variant,omitempty"`
+	Packages []string `json:"packages,omitempty"`
 
 	// Workspace ops (arbor mount, create, ...): the mount and branch they act on.
 	Mountpoint string `json:"mountpoint,omitempty"`
@@ -200,6 +214,14 @@ type Response struct {
 	Output *ExecOutput `json:"output,omitempty"`
 	// Exit ends a tree_exec's stream (Status StatusExecExit).
 	Exit *ExecExit `json:"exit,omitempty"`
+	// Images lists images (image_list); Image is the one image_build
+	// built (Cached: it was built before from the same inputs).
+	Images []Image `json:"images,omitempty"`
+	Image  *Image  `json:"image,omitempty"`
+	Cached bool    `json:"cached,omitempty"`
+	// Progress is one line of an image_build's progress (Status
+	// StatusImageProgress).
+	Progress string `json:"progress,omitempty"`
 	// AlreadyMounted: ws_mount found the same base already mounted at the
 	// mountpoint (as a restarted daemon re-establishes it) and left it as is.
 	AlreadyMounted bool `json:"already_mounted,omitempty"`
@@ -246,4 +268,32 @@ type Event struct {
 	TreeID string `json:"tree_id"`
 	NodeID string `json:"node_id,omitempty"`
 	TimeNS int64  `json:"time_unix_ns"`
+}
+
+// Networks of a jail tree's sandboxes (tree_create's "network").
+const (
+	// NetworkNone: loopback only (the default).
+	NetworkNone = "none"
+	// NetworkOutbound: outbound connections through a user-mode stack
+	// (pasta), which also maps the gateway's address to the host's
+	// loopback.
+	NetworkOutbound = "outbound"
+)
+
+// StatusImageProgress is the status of each streamed image_build
+// progress line.
+const StatusImageProgress = "image_progress"
+
+// Image is a root filesystem image built from Debian packages.
+type Image struct {
+	Name string `json:"name"`
+	// ID is the hash of the inputs it was built from.
+	ID        string   `json:"id"`
+	Suite     string   `json:"suite"`
+	Variant   string   `json:"variant"`
+	Packages  []string `json:"packages,omitempty"`
+	Mirror    string   `json:"mirror"`
+	HookID    string   `json:"hook_id,omitempty"`
+	BuiltAtNS int64    `json:"built_at_unix_ns"`
+	SizeBytes int64    `json:"size_bytes"`
 }

@@ -30,17 +30,22 @@ const (
 	// OpTreeExec runs a command in a live node's sandbox; its reply is a
 	// stream (StatusExecOutput lines, then one StatusExecExit line), like
 	// tree_watch's.
-	OpTreeExec  = "tree_exec"
-	OpShutdown  = "shutdown" // ask the daemon to exit: root and the daemon's uid, over the socket only
-	OpWsMount   = "ws_mount" // workspace ops, behind arbor mount/create/diff/commit/abort/switch/list/unmount
-	OpWsUnmount = "ws_unmount"
-	OpWsCreate  = "ws_create"
-	OpWsCommit  = "ws_commit"
-	OpWsAbort   = "ws_abort"
-	OpWsSwitch  = "ws_switch"
-	OpWsList    = "ws_list"
-	OpWsDiff    = "ws_diff"
-	OpWsMounts  = "ws_mounts"
+	OpTreeExec = "tree_exec"
+	// OpImageBuild builds a root filesystem image; its reply is a stream
+	// of StatusImageProgress lines, then one "image_built".
+	OpImageBuild = "image_build"
+	OpImageList  = "image_list"
+	OpImageRm    = "image_rm"
+	OpShutdown   = "shutdown" // ask the daemon to exit: root and the daemon's uid, over the socket only
+	OpWsMount    = "ws_mount" // workspace ops, behind arbor mount/create/diff/commit/abort/switch/list/unmount
+	OpWsUnmount  = "ws_unmount"
+	OpWsCreate   = "ws_create"
+	OpWsCommit   = "ws_commit"
+	OpWsAbort    = "ws_abort"
+	OpWsSwitch   = "ws_switch"
+	OpWsList     = "ws_list"
+	OpWsDiff     = "ws_diff"
+	OpWsMounts   = "ws_mounts"
 )
 
 // Reply statuses the faces and clients name.
@@ -97,11 +102,14 @@ type TreeCreateBody struct {
 	Base    string  `json:"base"`
 	Backend string  `json:"backend,omitempty"`
 	Budget  *Budget `json:"budget,omitempty"`
+	Image   string  `json:"image,omitempty"`
+	Network string  `json:"network,omitempty"`
 }
 
 // Fill implements Body.
 func (b *TreeCreateBody) Fill(r *Request) error {
 	r.TreeID, r.Base, r.Backend, r.Budget = b.TreeID, b.Base, b.Backend, b.Budget
+	r.Image, r.Network = b.Image, b.Network
 	return nil
 }
 
@@ -164,10 +172,10 @@ var (
 
 var verbTable = []Verb{
 	{Op: OpPing, Reply: "pong", ReadOnly: true, ReplyFields: []string{"version"}, Method: "GET", Path: "/v1/version"},
-	{Op: OpTreeCreate, Reply: "tree_created", Request: []string{"tree_id", "base", "backend", "budget"},
+	{Op: OpTreeCreate, Reply: "tree_created", Request: []string{"tree_id", "base", "backend", "budget", "image", "network"},
 		ReplyFields: []string{"tree_id", "root", "node_id", "path"}, Method: "POST", Path: "/v1/trees", Created: true,
 		Body: func(r Request) Body {
-			return &TreeCreateBody{TreeID: r.TreeID, Base: r.Base, Backend: r.Backend, Budget: r.Budget}
+			return &TreeCreateBody{TreeID: r.TreeID, Base: r.Base, Backend: r.Backend, Budget: r.Budget, Image: r.Image, Network: r.Network}
 		}},
 	{Op: OpTreeList, Reply: "tree_list", ReadOnly: true, ReplyFields: []string{"trees"}, Method: "GET", Path: "/v1/trees"},
 	{Op: OpTreeNodes, Reply: "tree_node_list", ReadOnly: true, Request: fTree, ReplyFields: rNodes, Method: "GET", Path: treePath},
@@ -202,6 +210,10 @@ var verbTable = []Verb{
 	{Op: OpShutdown, Reply: "shutting_down"},
 	{Op: OpTreeExec, Reply: StatusExecExit, Stream: true, Request: []string{"tree_id", "node_id", "argv", "env", "cwd", "timeout_ns"},
 		ReplyFields: []string{"output", "exit"}},
+	{Op: OpImageBuild, Reply: "image_built", Stream: true, Request: []string{"image", "suite", "variant", "packages"},
+		ReplyFields: []string{"image", "cached", "progress"}},
+	{Op: OpImageList, Reply: "image_list", ReadOnly: true, ReplyFields: []string{"images"}},
+	{Op: OpImageRm, Reply: StatusOK, Request: []string{"image"}, ReplyFields: []string{"image"}},
 	{Op: OpWsMount, Reply: "ws_mounted", Request: []string{"base", "mountpoint", "branch", "budget", "durable", "quota_bytes"},
 		ReplyFields: []string{"tree_id", "node_id", "path", "branch", "already_mounted"}},
 	{Op: OpWsUnmount, Reply: StatusOK, Request: []string{"mountpoint"}, ReplyFields: fTree},

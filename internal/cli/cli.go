@@ -127,7 +127,7 @@ otherwise).`,
 	t := e.treeCmd()
 	t.GroupID = "tree"
 	root.AddCommand(t)
-	for _, c := range []*cobra.Command{e.execCmd(), e.runPatternCmd(), e.speculateCmd(), e.bestOfNCmd()} {
+	for _, c := range []*cobra.Command{e.execCmd(), e.runPatternCmd(), e.speculateCmd(), e.bestOfNCmd(), e.imageCmd()} {
 		c.GroupID = "tree"
 		root.AddCommand(c)
 	}

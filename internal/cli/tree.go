@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -77,7 +78,7 @@ func (e *env) treeDo(req api.Request, out *outputFlag, text func(io.Writer, api.
 }
 
 func (e *env) treeCreateCmd() *cobra.Command {
-	var base, id, backend string
+	var base, id, backend, image, network string
 	var b api.Budget
 	cmd := &cobra.Command{
 		Use:   "create --base DIR",
@@ -85,13 +86,15 @@ func (e *env) treeCreateCmd() *cobra.Command {
 		Long: `Creates a tree whose root node is the base directory DIR (commits into the root
 land in DIR). Budgets default to the daemon's (8 live nodes, 8 GiB RAM, no disk
 limit: a --max-disk budget is exact, every write metered by the daemon).`,
-		Example: "  arbor tree create --base ~/src/app\n  arbor tree create --base ~/src/app --id t1 --max-live 4",
+		Example: "  arbor tree create --base ~/src/app\n  arbor tree create --base ~/src/app --id t1 --max-live 4\n  arbor tree create --base ~/src/app --backend jail --image py --network outbound",
 		Args:    exactArgs(0, 0),
 	}
 	f := cmd.Flags()
 	f.StringVar(&base, "base", "", "the base directory (required)")
 	f.StringVar(&id, "id", "", "the tree id (default: the daemon picks one)")
-	f.StringVar(&backend, "backend", "dir", "the backend: dir (files only)")
+	f.StringVar(&backend, "backend", "dir", "the backend: dir (files only) or jail (a process sandbox per live node)")
+	f.StringVar(&image, "image", "", "jail: the image its sandboxes run on (arbor image build; default host: the host's /usr, /etc, ...)")
+	f.StringVar(&network, "network", "", "jail: none (loopback only, the default) or outbound (through pasta; the gateway's address is the host's loopback)")
 	f.IntVar(&b.MaxLiveNodes, "max-live", 0, "budget: max live nodes (0: default)")
 	f.Int64Var(&b.MaxLiveRAMBytes, "max-ram", 0, "budget: max live RAM in bytes (0: default)")
 	f.Int64Var(&b.MaxDiskBytes, "max-disk", 0, "budget: max disk in bytes, enforced exactly (every write metered by the daemon); 0: no limit")
@@ -99,14 +102,15 @@ limit: a --max-disk budget is exact, every write metered by the daemon).`,
 	f.Int64Var(&b.MaxNodePids, "max-node-pids", 0, "budget: processes and threads each live node may run (jail; 0: default 4096)")
 	cmd.MarkFlagRequired("base")
 	cmd.MarkFlagDirname("base")
-	cmd.RegisterFlagCompletionFunc("backend", cobra.FixedCompletions([]string{"dir"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.RegisterFlagCompletionFunc("backend", cobra.FixedCompletions([]string{"dir", "jail"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.RegisterFlagCompletionFunc("network", cobra.FixedCompletions([]string{api.NetworkNone, api.NetworkOutbound}, cobra.ShellCompDirectiveNoFileComp))
 	out := addOutput(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		abs, err := absPath(base)
 		if err != nil {
 			return err
 		}
-		req := api.Request{Op: api.OpTreeCreate, Base: abs, Backend: backend, TreeID: id}
+		req := api.Request{Op: api.OpTreeCreate, Base: abs, Backend: backend, TreeID: id, Image: image, Network: network}
 		if b != (api.Budget{}) {
 			req.Budget = &b
 		}
@@ -313,9 +317,13 @@ func (e *env) treeListCmd() *cobra.Command {
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return e.treeDo(api.Request{Op: api.OpTreeList}, out, func(w io.Writer, resp api.Response) {
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TREE\tBACKEND\tBASE\tNODES\tLIVE")
+			fmt.Fprintln(tw, "TREE\tBACKEND\tBASE\tNODES\tLIVE\tIMAGE\tNETWORK")
 			for _, t := range resp.Trees {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", t.ID, t.Backend, t.Base, t.Usage.TotalNodes, t.Usage.LiveNodes)
+				im, nw := "", ""
+				if t.Backend != "dir" {
+					im, nw = cmp.Or(t.Image, "host"), cmp.Or(t.Network, api.NetworkNone)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", t.ID, t.Backend, t.Base, t.Usage.TotalNodes, t.Usage.LiveNodes, im, nw)
 			}
 			tw.Flush()
 		})

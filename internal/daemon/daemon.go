@@ -21,6 +21,7 @@ import (
 	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
+	"github.com/arbor-dev/arbor/internal/image"
 	"github.com/arbor-dev/arbor/internal/jailbackend"
 	"github.com/arbor-dev/arbor/internal/lineapi"
 	"github.com/arbor-dev/arbor/internal/mcpserver"
@@ -234,10 +235,15 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 				"path", filepath.Join(home, old))
 		}
 	}
-	r = &router{}
+	// Root filesystem images, for jail trees that name one.
+	imgs, err := image.New(image.Config{Dir: filepath.Join(home, "images")})
+	if err != nil {
+		return nil, nil, err
+	}
+	r = &router{images: imgs}
 	eng, err := engine.New(engine.Config{
 		Home:     home, // trees.db and trees/<id>/
-		Backends: backends(log),
+		Backends: backends(log, imgs),
 		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
 			return ws.OpenTreeFiles(ctx, dir, base)
 		},
@@ -279,7 +285,7 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 // when this process can run sandboxes (root, cgroups, and a binary that
 // calls jail.Main first); otherwise tree_create --backend jail gets the
 // engine's "unknown; this daemon serves dir".
-func backends(log *slog.Logger) map[string]engine.OpenBackend {
+func backends(log *slog.Logger, imgs *image.Store) map[string]engine.OpenBackend {
 	out := map[string]engine.OpenBackend{engine.BackendDir: engine.OpenDirBackend}
 	if err := jailbackend.Available(); err != nil {
 		if log != nil {
@@ -287,7 +293,10 @@ func backends(log *slog.Logger) map[string]engine.OpenBackend {
 		}
 		return out
 	}
-	out[jailbackend.Name] = jailbackend.Open(jailbackend.Config{})
+	out[jailbackend.Name] = jailbackend.Open(jailbackend.Config{Image: func(name string) (string, error) {
+		im, err := imgs.Get(name)
+		return im.Root, err
+	}})
 	return out
 }
 
@@ -296,6 +305,7 @@ type router struct {
 	eng      *engine.Engine
 	uid      uint32 // the daemon's effective uid
 	shutdown func() // ends Run; nil refuses shutdown
+	images   *image.Store
 }
 
 func (r *router) Do(ctx context.Context, req api.Request) (api.Response, error) {
@@ -315,6 +325,10 @@ func (r *router) Do(ctx context.Context, req api.Request) (api.Response, error) 
 		}
 		r.shutdown()
 		return api.Response{Status: "shutting_down"}, nil
+	case api.OpImageList, api.OpImageRm:
+		return r.image(ctx, req)
+	case api.OpImageBuild:
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: its reply is a stream: served over the socket's stream (client.BuildImage)", req.Op)
 	}
 	return r.eng.Do(ctx, req)
 }

@@ -98,6 +98,13 @@ type BackendConfig struct {
 	Dir string
 	// Base is the tree's base directory.
 	Base string
+	// Image names the root filesystem image the tree's sandboxes run on
+	// (empty: the host's root), Network their network (empty: none, or
+	// api.NetworkOutbound). A backend that cannot honour them refuses to
+	// open with an error wrapping api.ErrBadRequest (api.ErrNotFound for
+	// an image that does not exist).
+	Image   string
+	Network string
 	// Budget is the tree's budget, its defaults filled in: a backend that
 	// runs processes limits each node by its MaxNodeRAMBytes and
 	// MaxNodePids.

@@ -469,5 +469,5 @@ func (e *Engine) list(ctx context.Context) []api.Tree {
 
 func (ts *treeState) summary() api.Tree {
 	return api.Tree{ID: ts.meta.ID, Base: ts.meta.Base, Backend: ts.meta.Backend, Root: ts.t.Root(), OwnerUID: ts.owner(),
-		Usage: ts.t.Usage(), Budget: ts.t.Budget()}
+		Usage: ts.t.Usage(), Budget: ts.t.Budget(), Image: ts.meta.Image, Network: ts.meta.Network}
 }

@@ -219,6 +219,16 @@ func (e *Engine) create(ctx context.Context, req api.Request) (api.Response, err
 	if err != nil {
 		return api.Response{}, fmt.Errorf("%s: %w", op, err)
 	}
+	switch req.Network {
+	case "", api.NetworkNone:
+		req.Network = ""
+	case api.NetworkOutbound:
+	default:
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: network %q: want %q (the default) or %q", op, req.Network, api.NetworkNone, api.NetworkOutbound)
+	}
+	if req.Image == "host" { // the default root, named
+		req.Image = ""
+	}
 	if req.TreeID != "" && !treeIDRE.MatchString(req.TreeID) {
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: tree_id %q: want 1-64 of [A-Za-z0-9._-], not starting with . - _", op, req.TreeID)
 	}
@@ -284,7 +294,7 @@ func (e *Engine) createLocked(ctx context.Context, req api.Request) (api.Respons
 		files.Close()
 		return api.Response{}, fmt.Errorf("%s %s: %w", op, id, err)
 	}
-	ts := &treeState{id: id, t: t, files: files, views: map[string]*view{}, names: newNames(), meta: treeMeta{ID: id, Base: filepath.Clean(req.Base), Backend: backend,
+	ts := &treeState{id: id, t: t, files: files, views: map[string]*view{}, names: newNames(), meta: treeMeta{ID: id, Base: filepath.Clean(req.Base), Backend: backend, Image: req.Image, Network: req.Network,
 		Budget: b, Root: t.Root(), NextID: t.NextID(), CreatedAt: now, Open: true}}
 	if cred, ok := access.FromContext(ctx); ok {
 		ts.meta.Owner = &cred.UID
@@ -313,7 +323,7 @@ func (e *Engine) createLocked(ctx context.Context, req api.Request) (api.Respons
 // by a crash of an earlier create of this id) and starts the root's
 // sandbox. On failure the backend is closed again.
 func (e *Engine) startRoot(ctx context.Context, ts *treeState) error {
-	b, err := e.openBackend(ts.id, ts.meta.Backend, ts.meta.Base, ts.t.Budget())
+	b, err := e.openBackend(ts.id, ts.meta, ts.t.Budget())
 	if err != nil {
 		return err
 	}
@@ -551,7 +561,7 @@ func (e *Engine) load(ctx context.Context, id string) (*treeState, error) {
 	if tm.Backend == "" { // trees made before backends were recorded
 		tm.Backend = BackendDir
 	}
-	b, err := e.openBackend(id, tm.Backend, tm.Base, t.Budget())
+	b, err := e.openBackend(id, tm, t.Budget())
 	if err != nil {
 		files.Close()
 		return nil, err

@@ -39,6 +39,13 @@
 // which makes the kernel refuse them a user namespace whatever the
 // syscall.
 //
+// With Config.Root (an image's root filesystem, internal/image) the
+// skeleton binds the image's top-level directories read-only instead of
+// the host's, the rest as above. With Config.Outbound every sandbox gets
+// outbound network: a pasta (passt) attached to its network namespace,
+// cloned into its cgroups (a spare's too, moved with its init) and
+// killed and reaped by Stop (network.go).
+//
 // The policy of a user process (policy.go): capabilities cut to Docker's
 // default set less CAP_SYS_CHROOT and CAP_MKNOD, no_new_privs, a Landlock
 // domain (writes only beneath /workspace, /tmp, /dev/pts and to the

@@ -24,7 +24,8 @@ type Sandbox struct {
 	name string
 	g    *group
 	cmd  *exec.Cmd
-	sock int // the host end of the socketpair; closed by Stop
+	sock int        // the host end of the socketpair; closed by Stop
+	net  *netHelper // the sandbox's pasta (Config.Outbound), or nil
 
 	initDone   chan struct{} // closed when init has been reaped
 	readerDone chan struct{} // closed when read has returned
@@ -590,6 +591,7 @@ func (s *Sandbox) stop() error {
 	}
 	s.cmd.Process.Kill() // init's death takes its PID namespace with it, whatever the cgroup did
 	<-s.initDone
+	s.net.stop() // killed with the cgroup already; reaped here
 	if err := s.g.waitEmpty(s.m.cfg.StopTimeout); err != nil {
 		errs = append(errs, err)
 	} else if s.frozen && s.g.v1 != nil {

@@ -25,6 +25,14 @@
 // the exec's exit says OOMKilled; tasks by MaxNodePids (default 4096),
 // past which fork fails with EAGAIN. A fork's children get the same.
 //
+// # Images and network
+//
+// A tree that names an image (engine.BackendConfig.Image) runs its
+// sandboxes on that image's root (Config.Image resolves the name when
+// the tree opens; jail.Config.Root), else on the host's. A tree with
+// network "outbound" gives each sandbox a pasta of its own
+// (jail.Config.Outbound); otherwise sandboxes have loopback only.
+//
 // # /tmp
 //
 // A node's /tmp is part of its state, like its files: children see the

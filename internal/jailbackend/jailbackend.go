@@ -45,6 +45,12 @@ type Config struct {
 	// Binary is jail.Config.Binary (default /proc/self/exe, which must
 	// call jail.Main first).
 	Binary string
+	// Image returns the root filesystem (a host directory) of the image
+	// a tree names (engine.BackendConfig.Image), or an error wrapping
+	// api.ErrNotFound; nil serves no images.
+	Image func(name string) (root string, err error)
+	// Pasta is jail.Config.Pasta, for trees with outbound network.
+	Pasta string
 }
 
 // Available says whether this process can run sandboxes: nil, or why not
@@ -77,6 +83,8 @@ type backend struct {
 	m      *jail.Manager
 	tmp    *tmpLayer // every node's /tmp
 	legacy string    // <Dir>/tmp: the plain per-node /tmp directories of before the layer
+	// outbound: the tree's sandboxes get outbound network (pasta).
+	outbound bool
 	// memoryMax and pidsMax limit every sandbox (jail.Spec): the tree's
 	// budget's MaxNodeRAMBytes and MaxNodePids (0: none).
 	memoryMax, pidsMax int64
@@ -103,6 +111,26 @@ func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Ba
 	}
 	b := &backend{legacy: filepath.Join(bc.Dir, "tmp"), nodes: map[string]*jail.Sandbox{},
 		memoryMax: bc.Budget.MaxNodeRAMBytes, pidsMax: bc.Budget.MaxNodePids}
+	var root string
+	if bc.Image != "" {
+		if cfg.Image == nil {
+			return nil, api.Errorf(api.ErrBadRequest, "jail backend: image %q: this daemon serves no images", bc.Image)
+		}
+		if root, err = cfg.Image(bc.Image); err != nil {
+			return nil, fmt.Errorf("jail backend: %w", err)
+		}
+	}
+	switch bc.Network {
+	case "":
+	case api.NetworkOutbound:
+		// Checked before anything is made (jail.New checks it too).
+		if err := jail.PastaAvailable(cfg.Pasta); err != nil {
+			return nil, fmt.Errorf("jail backend: %w", err)
+		}
+		b.outbound = true
+	default:
+		return nil, api.Errorf(api.ErrBadRequest, "jail backend: network %q", bc.Network)
+	}
 	// The /tmp layer's mount before any init: an init's mount namespace
 	// (a spare's is made ahead of need) sees only the mounts made before
 	// it. A mount an earlier daemon left is detached lazily: its
@@ -115,7 +143,8 @@ func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Ba
 			b.tmp.close()
 		}
 	}()
-	b.m, err = jail.New(jail.Config{StateDir: filepath.Join(bc.Dir, "jail"), Label: Label(bc), Spares: cfg.Spares, Binary: cfg.Binary})
+	b.m, err = jail.New(jail.Config{StateDir: filepath.Join(bc.Dir, "jail"), Label: Label(bc), Spares: cfg.Spares, Binary: cfg.Binary,
+		Root: root, Outbound: b.outbound, Pasta: cfg.Pasta})
 	if err != nil {
 		return nil, fmt.Errorf("jail backend: %w", err)
 	}

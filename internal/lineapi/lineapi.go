@@ -37,6 +37,13 @@ type Execer interface {
 	Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error)
 }
 
+// ImageBuilder is a Handler that serves image_build (the daemon does):
+// progress sends one line of the build's progress to the client.
+// image_build on a Handler without it fails with api.ErrNotSupported.
+type ImageBuilder interface {
+	BuildImage(ctx context.Context, req api.Request, progress func(string) error) (api.Response, error)
+}
+
 // DefaultMaxLineBytes bounds one request line.
 const DefaultMaxLineBytes = 1 << 20
 
@@ -388,6 +395,9 @@ func (c *conn) handle(ctx context.Context, line []byte) bool {
 	if req.Op == api.OpTreeExec {
 		return c.exec(ctx, req, start)
 	}
+	if req.Op == api.OpImageBuild {
+		return c.imageBuild(ctx, req, start)
+	}
 	resp := c.s.do(ctx, req, start)
 	return c.reply(resp) == nil
 }
@@ -532,6 +542,43 @@ func (s *Server) callExec(ctx context.Context, x Execer, req api.Request, out fu
 		}
 	}()
 	return x.Exec(ctx, req, out)
+}
+
+// imageBuild streams an image_build's progress lines, then its reply.
+func (c *conn) imageBuild(ctx context.Context, req api.Request, start time.Time) bool {
+	b, ok := c.s.cfg.Handler.(ImageBuilder)
+	if !ok {
+		c.s.record(ctx, req, api.CodeNotSupported, start)
+		return c.reply(errorResponse(api.Errorf(api.ErrNotSupported, "image_build: not served here"))) == nil
+	}
+	var werr error
+	progress := func(line string) error {
+		if werr == nil {
+			if werr = c.write(api.Response{Status: api.StatusImageProgress, Progress: line}); werr == nil {
+				werr = c.flush()
+			}
+		}
+		return werr
+	}
+	resp, err := func() (resp api.Response, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				c.s.log.Error("lineapi: image_build panic", "panic", p, "stack", string(debug.Stack()))
+				err = api.Errorf(api.ErrInternal, "image_build: the daemon failed serving this request")
+			}
+		}()
+		return b.BuildImage(ctx, req, progress)
+	}()
+	code := metrics.CodeOK
+	if err != nil {
+		resp = errorResponse(err)
+		code = resp.Code
+	}
+	c.s.record(ctx, req, code, start)
+	if werr != nil {
+		return false
+	}
+	return c.reply(resp) == nil
 }
 
 // reply writes resp, flushing unless another complete request is already
