@@ -169,6 +169,9 @@ type Fork struct {
 	Label     string `json:"label,omitempty"`
 	Path      string `json:"path,omitempty"`
 	LatencyNS int64  `json:"latency_ns"`
+	// StartNS is how long the child's sandbox took to start, where the
+	// backend runs one per node and measures it (jail).
+	StartNS int64 `json:"start_ns,omitempty"`
 	// Processes says whether the child started with its source's running
 	// processes (ProcessesCarried, ProcessesNotCarried); empty where the
 	// tree's backend runs none (dir).
@@ -189,27 +192,30 @@ const (
 // reply name (tree_created, tree_forked, ...); the other fields are set as the
 // verb fills them.
 type Response struct {
-	Status    string   `json:"status"`
-	Code      string   `json:"code,omitempty"`
-	Message   string   `json:"message,omitempty"`
-	Version   string   `json:"version,omitempty"`
-	TreeID    string   `json:"tree_id,omitempty"`
-	NodeID    string   `json:"node_id,omitempty"`
-	Root      string   `json:"root,omitempty"`
-	Path      string   `json:"path,omitempty"`
-	LatencyNS int64    `json:"latency_ns,omitempty"`
-	Forks     []Fork   `json:"forks,omitempty"`
-	Nodes     []Node   `json:"nodes,omitempty"`
-	Trees     []Tree   `json:"trees,omitempty"`
-	Evicted   []string `json:"evicted,omitempty"`
-	Stale     []string `json:"stale,omitempty"`
-	Usage     *Usage   `json:"usage,omitempty"`
-	Budget    *Budget  `json:"budget,omitempty"`
-	Event     *Event   `json:"event,omitempty"`
-	Branch    string   `json:"branch,omitempty"`
-	Branches  []Branch `json:"branches,omitempty"`
-	Changes   []Change `json:"changes,omitempty"`
-	Mounts    []Mount  `json:"mounts,omitempty"`
+	Status    string `json:"status"`
+	Code      string `json:"code,omitempty"`
+	Message   string `json:"message,omitempty"`
+	Version   string `json:"version,omitempty"`
+	TreeID    string `json:"tree_id,omitempty"`
+	NodeID    string `json:"node_id,omitempty"`
+	Root      string `json:"root,omitempty"`
+	Path      string `json:"path,omitempty"`
+	LatencyNS int64  `json:"latency_ns,omitempty"`
+	// PauseNS is how long a fork held its running source paused, where
+	// the backend measures it (jail).
+	PauseNS  int64    `json:"pause_ns,omitempty"`
+	Forks    []Fork   `json:"forks,omitempty"`
+	Nodes    []Node   `json:"nodes,omitempty"`
+	Trees    []Tree   `json:"trees,omitempty"`
+	Evicted  []string `json:"evicted,omitempty"`
+	Stale    []string `json:"stale,omitempty"`
+	Usage    *Usage   `json:"usage,omitempty"`
+	Budget   *Budget  `json:"budget,omitempty"`
+	Event    *Event   `json:"event,omitempty"`
+	Branch   string   `json:"branch,omitempty"`
+	Branches []Branch `json:"branches,omitempty"`
+	Changes  []Change `json:"changes,omitempty"`
+	Mounts   []Mount  `json:"mounts,omitempty"`
 	// Output is one chunk of a tree_exec's output (Status StatusExecOutput).
 	Output *ExecOutput `json:"output,omitempty"`
 	// Exit ends a tree_exec's stream (Status StatusExecExit).

@@ -165,7 +165,7 @@ var (
 	fTree   = []string{"tree_id"}
 	fNode   = []string{"tree_id", "node_id"}
 	rNode   = []string{"tree_id", "node_id"}
-	rFork   = []string{"tree_id", "node_id", "path", "latency_ns", "forks", "processes", "evicted"}
+	rFork   = []string{"tree_id", "node_id", "path", "latency_ns", "pause_ns", "forks", "processes", "evicted"}
 	rNodes  = []string{"tree_id", "root", "nodes", "usage", "budget"}
 	rBranch = []string{"tree_id", "node_id", "branch", "path"}
 )

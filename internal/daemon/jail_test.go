@@ -115,7 +115,7 @@ func TestJailTreeOverSocket(t *testing.T) {
 
 // needJail skips (or fails, under ARBOR_TEST_REQUIRE) where the daemon
 // cannot serve jail trees.
-func needJail(t *testing.T) {
+func needJail(t testing.TB) {
 	t.Helper()
 	testenv.NeedFUSE(t)
 	if err := jailbackend.Available(); err != nil {

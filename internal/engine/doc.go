@@ -43,7 +43,9 @@
 //     resumes; then the metadata transaction (the commit point). A
 //     crash in between leaves orphan branches and sandboxes, which
 //     reconcile aborts and stops; a failed step or transaction unwinds
-//     them at once (children stopped, branches aborted).
+//     them at once (children stopped, branches aborted). A backend that
+//     measures its forks (ForkTimer: jail) gives the reply its pause_ns
+//     and each fork's start_ns.
 //   - commit: the child's execs end and its sandbox is suspended (so that
 //     nothing writes its files while they are applied; resumed again if
 //     the commit fails); a commit intent {child, parent} is written; then

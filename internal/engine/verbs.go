@@ -814,9 +814,17 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 		unwind()
 		return api.Response{}, err
 	}
-	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted, Processes: ts.backend.Caps().ForkProcesses()}
+	var timed ForkTimings
+	if ft, ok := ts.backend.(ForkTimer); ok {
+		timed = ft.LastFork()
+	}
+	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted, PauseNS: timed.Pause.Nanoseconds(), Processes: ts.backend.Caps().ForkProcesses()}
 	for i, id := range p.Created {
-		r.Forks = append(r.Forks, api.Fork{NodeID: id, Label: labels[i], Path: e.path(ts, id), LatencyNS: max(ready.Nanoseconds(), 1), Processes: r.Processes})
+		f := api.Fork{NodeID: id, Label: labels[i], Path: e.path(ts, id), LatencyNS: max(ready.Nanoseconds(), 1), Processes: r.Processes}
+		if i < len(timed.Starts) {
+			f.StartNS = timed.Starts[i].Nanoseconds()
+		}
+		r.Forks = append(r.Forks, f)
 		e.emit(ts, "fork", id)
 	}
 	e.emitEvicted(ts, p)

@@ -54,13 +54,9 @@ func probeHierarchy() (*hierarchy, error) {
 			return nil, fmt.Errorf("own cgroup2 path: %w", err)
 		}
 		h.v2Self = self
-		if _, err := os.Stat(filepath.Join(h.v2, self, "cgroup.kill")); err != nil {
-			// Without cgroup.kill (kernels before 5.14) the v2 side
-			// still places processes; kill goes through v1 or init.
-			h.v2Kill = false
-		} else {
-			h.v2Kill = true
-		}
+		// Without cgroup.kill (kernels before 5.14) the v2 side still
+		// places processes; kill goes through v1 or init.
+		h.v2Kill = hasCgroupKill(h.v2, self)
 	}
 	if h.mode != cgroups.Unified {
 		paths, err := cgroup1.ParseCgroupFile("/proc/self/cgroup")
@@ -81,6 +77,27 @@ func probeHierarchy() (*hierarchy, error) {
 		return nil, fmt.Errorf("neither cgroup2 nor a v1 freezer: no way to kill a sandbox's processes for sure")
 	}
 	return h, nil
+}
+
+// hasCgroupKill says whether the kernel has cgroup.kill (and so
+// cgroup.freeze), which every non-root cgroup2 directory then holds. The
+// root cgroup has neither file, so for a caller in the root (a hybrid
+// host's unified tree often has nothing else) the kernel's version
+// decides: cgroup.kill came with 5.14.
+func hasCgroupKill(v2, self string) bool {
+	if self != "/" && self != "" {
+		_, err := os.Stat(filepath.Join(v2, self, "cgroup.kill"))
+		return err == nil
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 5 || (major == 5 && minor >= 14)
 }
 
 // swapLimited reports whether the memory controller accounts swap (v1
@@ -271,6 +288,11 @@ func (g *group) kill() error {
 	if g.v2 != nil && g.h.mode == cgroups.Unified {
 		return g.v2.Kill() // the library's freeze, kill, thaw
 	}
+	if g.h.hasV1(cgroup1.Freezer) {
+		if _, err := os.Stat(g.h.v1Path(cgroup1.Freezer, g.rel)); errors.Is(err, os.ErrNotExist) {
+			return g.killListed()
+		}
+	}
 	if g.v1 == nil || !g.h.hasV1(cgroup1.Freezer) {
 		return fmt.Errorf("no way to kill: neither cgroup.kill nor a freezer")
 	}
@@ -288,6 +310,32 @@ func (g *group) kill() error {
 	}
 	if err := g.v1.Thaw(); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("thaw after kill: %w", err)
+	}
+	return nil
+}
+
+// killListed SIGKILLs every process the group's directories list, with
+// no freeze: it is for a group without its freezer directory, which only
+// a crash inside newGroup leaves (Reap finds it), before any process was
+// placed in it.
+func (g *group) killListed() error {
+	for _, d := range g.h.dirs(g.rel) {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			if err := unix.Kill(pid, unix.SIGKILL); err != nil && err != unix.ESRCH {
+				return fmt.Errorf("kill %d: %w", pid, err)
+			}
+		}
 	}
 	return nil
 }

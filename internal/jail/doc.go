@@ -75,6 +75,9 @@
 //   - A pure cgroup2 host needs the caller's cgroup to allow enabling
 //     controllers below it (no processes of its own in a non-root cgroup)
 //     for memory and pids limits; without limits nothing is enabled.
+//   - The root cgroup has no cgroup.kill nor cgroup.freeze: for a caller in
+//     the root of the cgroup2 tree (a hybrid host's unified tree, often) the
+//     kernel's version says whether they exist below it (5.14+).
 //   - Never put the FUSE server of a node's files in a cgroup that Freeze
 //     freezes: the sandbox's processes would block on it.
 package jail

@@ -222,6 +222,7 @@ func (m *Manager) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) 
 			m.mu.Unlock()
 		}
 	}()
+	defer m.askRefill()
 	if err := s.start(ctx, spec); err != nil {
 		return nil, fmt.Errorf("jail: start %s: %w", spec.Name, err)
 	}
@@ -483,14 +484,11 @@ func (sp *spare) discard(timeout time.Duration) error {
 	return errors.Join(err, sp.g.waitEmpty(timeout), sp.g.remove())
 }
 
-// takeSpare returns a spare if one is ready, and asks for another.
+// takeSpare returns a spare if one is ready; Start asks for another
+// once it is done (askRefill).
 func (m *Manager) takeSpare() *spare {
 	select {
 	case sp := <-m.spares:
-		select {
-		case m.refill <- struct{}{}:
-		default:
-		}
 		select {
 		case <-sp.initDone: // killed meanwhile (a Reap by another manager)
 			sp.discard(m.cfg.StopTimeout)
@@ -500,6 +498,17 @@ func (m *Manager) takeSpare() *spare {
 		return sp
 	default:
 		return nil
+	}
+}
+
+// askRefill asks fill for a spare in place of one taken. Start asks when
+// it has finished, not when it takes the spare: a new init's start (a Go
+// runtime's, and its skeleton's) would compete for the CPU with the start
+// it is meant to speed up.
+func (m *Manager) askRefill() {
+	select {
+	case m.refill <- struct{}{}:
+	default:
 	}
 }
 

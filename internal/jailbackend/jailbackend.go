@@ -97,6 +97,7 @@ type backend struct {
 	// tmpFork how long its /tmp fork took (BenchmarkFork reports them);
 	// guarded by op.
 	pause, tmpFork time.Duration
+	starts         []time.Duration // the last Fork's children's starts; guarded by op
 
 	mu sync.Mutex // guards nodes and closed; held only briefly
 	// nodes are the held nodes by id: a live one's sandbox, or nil for a
@@ -306,6 +307,7 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 			return api.Errorf(api.ErrExists, "jail backend: fork %s: child %s has a /tmp already", source, c)
 		}
 	}
+	b.pause, b.starts = 0, b.starts[:0]
 	paths, err := b.paused(ctx, source, src, children, files)
 	if err != nil {
 		return err
@@ -313,7 +315,10 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 	// One after another: started side by side they took as long on this
 	// 2-core host (BenchmarkFork/children=3), cold starts being CPU-bound.
 	for i, c := range children {
-		if err := b.run(ctx, c, paths[i]); err != nil {
+		t0 := time.Now()
+		err := b.run(ctx, c, paths[i])
+		b.starts = append(b.starts, time.Since(t0))
+		if err != nil {
 			for _, done := range children { // started or not, each has a /tmp now
 				b.stop(context.WithoutCancel(ctx), done)
 			}
