@@ -265,6 +265,21 @@ func TestJailLimitsOverSocket(t *testing.T) {
 	if err != nil || !x.OOMKilled || !strings.Contains(out, "exit 137") {
 		t.Fatalf("256 MiB under a 64 MiB node limit: %q %+v %v, want oom_killed", out, x, err)
 	}
+	// What /tmp holds is the node's disk usage too.
+	if out, x, err := shIn(ctx, c, "jl", tr.Root, "head -c 3145728 /dev/urandom > /tmp/three"); err != nil || x.ExitCode != 0 {
+		t.Fatalf("write /tmp: %q %+v %v", out, x, err)
+	}
+	var disk int64
+	for deadline := time.Now().Add(5 * time.Second); disk < 3<<20 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, n := range must(api.Request{Op: api.OpTreeNodes, TreeID: "jl"}).Nodes {
+			if n.ID == tr.Root {
+				disk = n.DiskBytes
+			}
+		}
+	}
+	if disk < 3<<20 {
+		t.Fatalf("the root holds 3 MiB in /tmp, tree_nodes says disk_bytes %d", disk)
+	}
 	out, x, err = shIn(ctx, c, "jl", tr.Root, `perl -e 'my @k; while (1) { my $p = fork; if (!defined $p) { print $!{EAGAIN} ? "EAGAIN\n" : "$!\n"; kill "KILL", @k; exit 0 } if ($p == 0) { sleep 60; exit 0 } push @k, $p; if (@k > 100) { print "no limit\n"; kill "KILL", @k; exit 0 } }'`)
 	if err != nil || x.ExitCode != 0 || out != "EAGAIN\n" {
 		t.Fatalf("a fork bomb under a pids limit of 32: %q %+v %v", out, x, err)

@@ -94,7 +94,11 @@
 //     store.Fork): the fork then costs a copy of that file and one more
 //     metadata transaction (0.2-1.4 ms for a small file on the
 //     development host under load).
-//   - /tmp is not counted in the tree's disk budget.
+//   - /tmp counts in the tree's disk usage (engine.DiskUser), and the
+//     budget's MaxDiskBytes limits the /tmp layer (ENOSPC past it, every
+//     /tmp write then metered by the daemon, as the files' are), but on
+//     its own: files and /tmp together may reach twice the budget before
+//     the engine, which sees the sum, refuses forks.
 //   - Stop of a node drops the /tmp of the node's descendants too (the
 //     store drops subtrees); the engine stops them first or with it.
 //   - The OOMKilled mark counts the sandbox's kills during the exec: a
