@@ -53,7 +53,7 @@
 // namespace sees only the mounts made before it).
 //
 // Why the store: its fork is O(1) whatever /tmp holds (a frozen head layer
-// shared, fresh heads; 15-25 µs with no /tmp file open for writing in the
+// shared, fresh heads; 12-25 µs with no /tmp file open for writing in the
 // source, docs/BENCHMARKS.md), it keeps serving the source's live mount
 // through the fork (the source's processes keep their cwd and open files),
 // its commit into a branch is one metadata transaction (crash-safe: done
@@ -92,7 +92,7 @@
 //   - A file of the source's /tmp open for writing at the fork is kept
 //     apart by the store (moved up, a copy left for the children: see
 //     store.Fork): the fork then costs a copy of that file and one more
-//     metadata transaction (0.2-1.4 ms for a small file on the
+//     metadata transaction (0.3-1.7 ms for a small file on the
 //     development host under load).
 //   - /tmp counts in the tree's disk usage (engine.DiskUser), and the
 //     budget's MaxDiskBytes limits the /tmp layer (ENOSPC past it, every
