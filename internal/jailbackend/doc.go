@@ -81,7 +81,7 @@
 // children's start needs nothing of the source's state as of the pause
 // besides the files and /tmp already forked, so it happens after the thaw:
 // the source is paused for the two forks only, not for the children's
-// sandbox starts (6 to 15 ms each). A fork carries no processes: children
+// sandbox starts (4 to 15 ms each). A fork carries no processes: children
 // start with nothing running, and the fork's reply says "processes: not
 // carried" (engine.Caps.ForkProcesses); that is the vm backend's job.
 // One spare init per tree (jail.Config.Spares) is kept started ahead of
