@@ -198,7 +198,9 @@
 // metrics), after commits and at open; it is never saved, since the files
 // layer recomputes it. The files layer itself enforces the disk budget on
 // writes (Files.SetDiskLimit, given the budget at create and open); a fork
-// needs NodeDiskReserve free for each new node. The per-node limits of the
+// needs NodeDiskReserve free for each new node. A backend that keeps node
+// state on disk (DiskUser: a jail's /tmp) has it added to each node's
+// usage. The per-node limits of the
 // budget (MaxNodeRAMBytes, MaxNodePids) are the backend's to enforce: it is
 // opened with the tree's budget (BackendConfig.Budget), and the engine
 // counts only the tree's totals. A commit whose metadata transaction
