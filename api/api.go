@@ -160,6 +160,9 @@ type Request struct {
 	// a control file, as BranchFS's CREATE ioctl); otherwise a branch made
 	// from the one the mount shows is shown next (arbor create).
 	NoSwitch bool `json:"no_switch,omitempty"`
+	// HideControl: ws_mount serves no .branchfs_ctl files at all (not
+	// even by name), for agents that must not change their branches.
+	HideControl bool `json:"hide_control,omitempty"`
 }
 
 // Branch is one branch of a workspace mount, as ws_list reports it.
@@ -175,12 +178,24 @@ type Branch struct {
 type Change struct {
 	Kind string `json:"kind"` // added, modified, deleted
 	Path string `json:"path"`
+	// Meta: modified in its metadata only (mode, owner, times, xattrs);
+	// its data is the fork point's.
+	Meta bool `json:"meta,omitempty"`
 	// Diff is a unified text diff of the path against the fork point
 	// (tree_diff, for a regular text file within the caps).
 	Diff string `json:"diff,omitempty"`
 	// Note says why tree_diff gives no Diff for a changed regular file
 	// (binary, too large, past the reply's total).
 	Note string `json:"note,omitempty"`
+}
+
+// Conflict is one path tree_rebase could not merge by itself. The new
+// node is not committable until each is resolved: a text file's conflict
+// markers removed, or the other version kept Aside removed.
+type Conflict struct {
+	Path  string `json:"path"`
+	Kind  string `json:"kind"`            // text, both (Aside holds theirs), type
+	Aside string `json:"aside,omitempty"` // the path of the other version
 }
 
 // Mount is one workspace mount.
@@ -244,7 +259,9 @@ type Response struct {
 	Branch   string   `json:"branch,omitempty"`
 	Branches []Branch `json:"branches,omitempty"`
 	Changes  []Change `json:"changes,omitempty"`
-	Mounts   []Mount  `json:"mounts,omitempty"`
+	// Conflicts: tree_rebase's paths left to resolve.
+	Conflicts []Conflict `json:"conflicts,omitempty"`
+	Mounts    []Mount    `json:"mounts,omitempty"`
 	// Output is one chunk of a tree_exec's output (Status StatusExecOutput).
 	Output *ExecOutput `json:"output,omitempty"`
 	// Exit ends a tree_exec's stream (Status StatusExecExit).

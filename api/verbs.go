@@ -28,7 +28,8 @@ const (
 	OpTreeDrop      = "tree_drop"   // forget a tree but keep it on disk (tree_open reloads it)
 	OpTreeDelete    = "tree_delete" // remove a tree for good: nodes, layers, metadata (the base stays)
 	OpTreeOpen      = "tree_open"
-	OpTreeDiff      = "tree_diff" // what a node changed against its fork point, with text diffs
+	OpTreeDiff      = "tree_diff"   // what a node changed against its fork point, with text diffs
+	OpTreeRebase    = "tree_rebase" // a (stale) node's changes re-applied on its parent's state now, as a new node
 	// OpTreeExec runs a command in a live node's sandbox; its reply is a
 	// stream (StatusExecOutput lines, then one StatusExecExit line), like
 	// tree_watch's.
@@ -279,6 +280,8 @@ var verbTable = []Verb{
 	{Op: OpTreeSuspend, Reply: StatusOK, Request: fNode, ReplyFields: []string{"tree_id", "node_id", "evicted"}, Method: "POST", Path: nodePath + "/suspend"},
 	{Op: OpTreeResume, Reply: "tree_resumed", Request: fNode, ReplyFields: []string{"tree_id", "node_id", "path", "evicted"}, Method: "POST", Path: nodePath + "/resume"},
 	{Op: OpTreeDiff, Reply: OpTreeDiff, ReadOnly: true, Request: fNode, ReplyFields: []string{"tree_id", "node_id", "changes"}, Method: "GET", Path: nodePath + "/diff"},
+	{Op: OpTreeRebase, Reply: "tree_rebased", Request: []string{"tree_id", "node_id", "label"}, ReplyFields: []string{"tree_id", "node_id", "path", "conflicts"},
+		Method: "POST", Path: nodePath + "/rebase", Created: true, Body: func(r Request) Body { return &RollbackBody{Label: r.Label} }},
 	{Op: OpShutdown, Reply: "shutting_down"},
 	{Op: OpTreeExec, Reply: StatusExecExit, Stream: true,
 		Request:     []string{"tree_id", "node_id", "argv", "env", "cwd", "timeout_ns", "stdin", "input", "tty", "rows", "cols", "detach"},
@@ -290,7 +293,7 @@ var verbTable = []Verb{
 		ReplyFields: []string{"image", "cached", "progress"}},
 	{Op: OpImageList, Reply: "image_list", ReadOnly: true, ReplyFields: []string{"images"}},
 	{Op: OpImageRm, Reply: StatusOK, Request: []string{"image"}, ReplyFields: []string{"image"}},
-	{Op: OpWsMount, Reply: "ws_mounted", Request: []string{"base", "mountpoint", "branch", "budget", "durable", "quota_bytes"},
+	{Op: OpWsMount, Reply: "ws_mounted", Request: []string{"base", "mountpoint", "branch", "budget", "durable", "quota_bytes", "hide_control"},
 		ReplyFields: []string{"tree_id", "node_id", "path", "branch", "already_mounted"}},
 	{Op: OpWsUnmount, Reply: StatusOK, Request: []string{"mountpoint"}, ReplyFields: fTree},
 	{Op: OpWsMounts, Reply: "ws_mounts", ReadOnly: true, ReplyFields: []string{"mounts"}},

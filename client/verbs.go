@@ -126,6 +126,16 @@ func (c *Client) Diff(ctx context.Context, treeID, nodeID string) ([]api.Change,
 	return r.Changes, err
 }
 
+// Rebase replays node's changes onto a new child of its parent's state now
+// (tree_rebase) and returns the new node and the conflicts left.
+func (c *Client) Rebase(ctx context.Context, treeID, nodeID, label string) (api.Fork, []api.Conflict, error) {
+	r, err := c.Do(ctx, api.Request{Op: api.OpTreeRebase, TreeID: treeID, NodeID: nodeID, Label: label})
+	if err != nil {
+		return api.Fork{}, nil, err
+	}
+	return api.Fork{NodeID: r.NodeID, Label: label, Path: r.Path}, r.Conflicts, nil
+}
+
 // List returns every tree.
 func (c *Client) List(ctx context.Context) ([]api.Tree, error) {
 	r, err := c.Do(ctx, api.Request{Op: api.OpTreeList})

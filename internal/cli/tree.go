@@ -32,7 +32,8 @@ are at its path (arbor tree nodes shows it) while it is live.`,
 		ValidArgsFunction: cobra.NoFileCompletions,
 	}
 	t.AddCommand(withOps(e.treeCreateCmd(), api.OpTreeCreate), withOps(e.treeForkCmd(), api.OpTreeFork, api.OpTreeForkBatch),
-		withOps(e.treeRollbackCmd(), api.OpTreeRollback), withOps(e.treeDiffCmd(), api.OpTreeDiff))
+		withOps(e.treeRollbackCmd(), api.OpTreeRollback), withOps(e.treeDiffCmd(), api.OpTreeDiff),
+		withOps(e.treeRebaseCmd(), api.OpTreeRebase))
 	for _, v := range []struct{ name, op, short, long, done string }{
 		{"commit", api.OpTreeCommit, "Make a node's state its parent's (first commit wins)",
 			"Applies NODE's changes to its parent atomically and durably (into the base\ndirectory when the parent is the root). The siblings forked at the same point\nbecome stale.", "committed"},
@@ -170,6 +171,38 @@ writes. Give --label or --labels, not both.`,
 	return cmd
 }
 
+func (e *env) treeRebaseCmd() *cobra.Command {
+	var label onceString
+	cmd := &cobra.Command{
+		Use:   "rebase TREE NODE",
+		Short: "Re-apply a (stale) node's changes on its parent's state now, as a new node",
+		Long: `Forks NODE's parent as it is now into a new node and replays NODE's changes
+(against its fork point) onto it: what only one side changed is taken, text
+files both changed are merged line by line, and what cannot be merged is
+listed (C PATH): conflict markers in a text file, or the parent's version kept
+at PATH~theirs. The new node cannot be committed until each is resolved.`,
+		Example:           "  arbor tree rebase t1 n3\n  arbor tree rebase t1 n3 --label retry -o json",
+		Args:              exactArgs(2, 2),
+		ValidArgsFunction: e.completeTree(true),
+	}
+	cmd.Flags().Var(&label, "label", "the new node's label")
+	out := addOutput(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		req := api.Request{Op: api.OpTreeRebase, TreeID: args[0], NodeID: args[1], Label: label.v}
+		return e.treeDo(req, out, func(w io.Writer, resp api.Response) {
+			fmt.Fprintf(w, "rebased %s as %s at %s\n", args[1], resp.NodeID, resp.Path)
+			for _, c := range resp.Conflicts {
+				if c.Aside != "" {
+					fmt.Fprintf(w, "C %s (%s; the other version at %s)\n", c.Path, c.Kind, c.Aside)
+				} else {
+					fmt.Fprintf(w, "C %s (%s: conflict markers)\n", c.Path, c.Kind)
+				}
+			}
+		})
+	}
+	return cmd
+}
+
 func (e *env) treeRollbackCmd() *cobra.Command {
 	var label onceString
 	cmd := &cobra.Command{
@@ -261,8 +294,7 @@ binary one, or one past 2 MiB of diff in all shows why it has none.`,
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return e.treeDo(api.Request{Op: api.OpTreeDiff, TreeID: args[0], NodeID: args[1]}, out, func(w io.Writer, resp api.Response) {
 			for _, c := range resp.Changes {
-				mark := map[string]string{"added": "A", "modified": "M", "deleted": "D"}[c.Kind]
-				fmt.Fprintf(w, "%s %s\n", mark, c.Path)
+				fmt.Fprintln(w, changeLine(c))
 				if c.Note != "" {
 					fmt.Fprintf(w, "  (%s)\n", c.Note)
 				}

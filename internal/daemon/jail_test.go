@@ -242,3 +242,46 @@ func jailCgroups(t *testing.T, label string) []string {
 	}
 	return out
 }
+
+// TestJailLimitsOverSocket: a jail tree's budget limits each node's
+// sandbox: the per-node limits come back in the tree's budget, a command
+// past the memory limit ends with oom_killed on the wire, and a fork bomb
+// meets EAGAIN.
+func TestJailLimitsOverSocket(t *testing.T) {
+	needJail(t)
+	tg := realTarget(t)
+	c := client.New(serveLine(t, tg.Handler))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	must := mustDo(t, ctx, c)
+	b := &api.Budget{MaxNodeRAMBytes: 64 << 20, MaxNodePids: 32}
+	tr := must(api.Request{Op: api.OpTreeCreate, TreeID: "jl", Base: tg.Base, Backend: "jail", Budget: b})
+	nodes := must(api.Request{Op: api.OpTreeNodes, TreeID: "jl"})
+	if nodes.Budget == nil || nodes.Budget.MaxNodeRAMBytes != 64<<20 || nodes.Budget.MaxNodePids != 32 {
+		t.Fatalf("the tree's budget: %+v", nodes.Budget)
+	}
+	out, x, err := shIn(ctx, c, "jl", tr.Root, `perl -e 'my $x = "a" x (256 << 20)'; echo "exit $?"`)
+	if err != nil || !x.OOMKilled || !strings.Contains(out, "exit 137") {
+		t.Fatalf("256 MiB under a 64 MiB node limit: %q %+v %v, want oom_killed", out, x, err)
+	}
+	// What /tmp holds is the node's disk usage too.
+	if out, x, err := shIn(ctx, c, "jl", tr.Root, "head -c 3145728 /dev/urandom > /tmp/three"); err != nil || x.ExitCode != 0 {
+		t.Fatalf("write /tmp: %q %+v %v", out, x, err)
+	}
+	var disk int64
+	for deadline := time.Now().Add(5 * time.Second); disk < 3<<20 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, n := range must(api.Request{Op: api.OpTreeNodes, TreeID: "jl"}).Nodes {
+			if n.ID == tr.Root {
+				disk = n.DiskBytes
+			}
+		}
+	}
+	if disk < 3<<20 {
+		t.Fatalf("the root holds 3 MiB in /tmp, tree_nodes says disk_bytes %d", disk)
+	}
+	out, x, err = shIn(ctx, c, "jl", tr.Root, `perl -e 'my @k; while (1) { my $p = fork; if (!defined $p) { print $!{EAGAIN} ? "EAGAIN\n" : "$!\n"; kill "KILL", @k; exit 0 } if ($p == 0) { sleep 60; exit 0 } push @k, $p; if (@k > 100) { print "no limit\n"; kill "KILL", @k; exit 0 } }'`)
+	if err != nil || x.ExitCode != 0 || out != "EAGAIN\n" {
+		t.Fatalf("a fork bomb under a pids limit of 32: %q %+v %v", out, x, err)
+	}
+}

@@ -79,6 +79,16 @@ type Backend interface {
 	Close() error
 }
 
+// DiskUser is a Backend that keeps node state on disk besides the files (a
+// jail's /tmp): the engine adds it to each node's disk usage, so the
+// tree's disk budget counts it. A backend that is one limits what it keeps
+// by the budget's MaxDiskBytes itself.
+type DiskUser interface {
+	// DiskUsage is the bytes each node's state holds on disk now (or at
+	// most a second ago), by node id.
+	DiskUsage() map[string]int64
+}
+
 // OpenBackend opens one tree's backend. ctx is the engine's lifetime, not a
 // request's: it ends when the engine closes, and the backend may bind what
 // it runs to it. OpenBackend finishes or undoes what a crash cut short

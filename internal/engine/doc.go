@@ -63,6 +63,10 @@
 //     open finishes it. A crash after the suspend
 //     and before Files.Commit leaves a live child whose sandbox is
 //     suspended: reconcile resumes it.
+//   - rebase (tree_rebase): a fork of the node's parent (as above), then
+//     Rebaser.Replay of the node's changes onto the new child; a failed
+//     replay aborts the new child. A stale node's files stay readable and
+//     diffable until it is aborted, so that its work can be rescued so.
 //   - abort, prune: the subtree's execs end and its sandboxes are stopped,
 //     leaves first (a failure fails the verb, since what the nodes run must
 //     end; the nodes stopped so far stay live without a sandbox until the
@@ -204,7 +208,9 @@
 // metrics), after commits and at open; it is never saved, since the files
 // layer recomputes it. The files layer itself enforces the disk budget on
 // writes (Files.SetDiskLimit, given the budget at create and open); a fork
-// needs NodeDiskReserve free for each new node. The per-node limits of the
+// needs NodeDiskReserve free for each new node. A backend that keeps node
+// state on disk (DiskUser: a jail's /tmp) has it added to each node's
+// usage. The per-node limits of the
 // budget (MaxNodeRAMBytes, MaxNodePids) are the backend's to enforce: it is
 // opened with the tree's budget (BackendConfig.Budget), and the engine
 // counts only the tree's totals. A commit whose metadata transaction

@@ -396,7 +396,8 @@ var treeVerbs = map[string]treeVerb{
 	api.OpTreeAutoEvict: func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
 		return e.evict(ts)
 	},
-	api.OpTreeDiff: (*Engine).diff,
+	api.OpTreeDiff:   (*Engine).diff,
+	api.OpTreeRebase: (*Engine).rebase,
 	api.OpTreeNodes: func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
 		e.measure(ts)
 		return e.nodesResponse(ts, "tree_node_list"), nil

@@ -665,6 +665,10 @@ func (e *Engine) measure(ts *treeState) {
 		e.log.Warn("backend RAM not measured; the last figures stand", "tree", ts.id, "err", err)
 	}
 	u := ts.files.DiskUsage()
+	var held map[string]int64 // what the backend keeps on disk, by node id
+	if du, ok := ts.backend.(DiskUser); ok {
+		held = du.DiskUsage()
+	}
 	var orphan int64
 	for b, n := range u {
 		if _, ok := ts.t.Node(ts.nodeOf(b)); !ok {
@@ -672,7 +676,7 @@ func (e *Engine) measure(ts *treeState) {
 		}
 	}
 	for _, n := range ts.t.Nodes() {
-		d := u[ts.branch(n.ID)]
+		d := u[ts.branch(n.ID)] + held[n.ID]
 		if n.ID == ts.t.Root() {
 			d += orphan
 		}

@@ -25,6 +25,14 @@
 // the exec's exit says OOMKilled; tasks by MaxNodePids (default 4096),
 // past which fork fails with EAGAIN. A fork's children get the same.
 //
+// # Images and network
+//
+// A tree that names an image (engine.BackendConfig.Image) runs its
+// sandboxes on that image's root (Config.Image resolves the name when
+// the tree opens; jail.Config.Root), else on the host's. A tree with
+// network "outbound" gives each sandbox a pasta of its own
+// (jail.Config.Outbound); otherwise sandboxes have loopback only.
+//
 // # /tmp
 //
 // A node's /tmp is part of its state, like its files: children see the
@@ -45,7 +53,7 @@
 // namespace sees only the mounts made before it).
 //
 // Why the store: its fork is O(1) whatever /tmp holds (a frozen head layer
-// shared, fresh heads; 15-25 µs with no /tmp file open for writing in the
+// shared, fresh heads; 12-25 µs with no /tmp file open for writing in the
 // source, docs/BENCHMARKS.md), it keeps serving the source's live mount
 // through the fork (the source's processes keep their cwd and open files),
 // its commit into a branch is one metadata transaction (crash-safe: done
@@ -73,7 +81,7 @@
 // children's start needs nothing of the source's state as of the pause
 // besides the files and /tmp already forked, so it happens after the thaw:
 // the source is paused for the two forks only, not for the children's
-// sandbox starts (6 to 15 ms each). A fork carries no processes: children
+// sandbox starts (4 to 15 ms each). A fork carries no processes: children
 // start with nothing running, and the fork's reply says "processes: not
 // carried" (engine.Caps.ForkProcesses); that is the vm backend's job.
 // One spare init per tree (jail.Config.Spares) is kept started ahead of
@@ -84,9 +92,13 @@
 //   - A file of the source's /tmp open for writing at the fork is kept
 //     apart by the store (moved up, a copy left for the children: see
 //     store.Fork): the fork then costs a copy of that file and one more
-//     metadata transaction (0.2-1.4 ms for a small file on the
+//     metadata transaction (0.3-1.7 ms for a small file on the
 //     development host under load).
-//   - /tmp is not counted in the tree's disk budget.
+//   - /tmp counts in the tree's disk usage (engine.DiskUser), and the
+//     budget's MaxDiskBytes limits the /tmp layer (ENOSPC past it, every
+//     /tmp write then metered by the daemon, as the files' are), but on
+//     its own: files and /tmp together may reach twice the budget before
+//     the engine, which sees the sum, refuses forks.
 //   - Stop of a node drops the /tmp of the node's descendants too (the
 //     store drops subtrees); the engine stops them first or with it.
 //   - The OOMKilled mark counts the sandbox's kills during the exec: a

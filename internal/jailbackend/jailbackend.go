@@ -137,7 +137,7 @@ func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Ba
 	// (a spare's is made ahead of need) sees only the mounts made before
 	// it. A mount an earlier daemon left is detached lazily: its
 	// sandboxes, reaped below, keep nothing of it.
-	if b.tmp, err = openTmp(bc.Dir); err != nil {
+	if b.tmp, err = openTmp(bc.Dir, bc.Budget.MaxDiskBytes); err != nil {
 		return nil, fmt.Errorf("jail backend: %w", err)
 	}
 	defer func() {
@@ -321,7 +321,7 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 		err := b.run(ctx, c, paths[i])
 		b.starts = append(b.starts, time.Since(t0))
 		if err != nil {
-			for _, done := range children[:i+1] { // the one that failed too: its /tmp
+			for _, done := range children { // started or not, each has a /tmp now
 				b.stop(context.WithoutCancel(ctx), done)
 			}
 			return fmt.Errorf("jail backend: fork %s: start child %s: %w", source, c, err)
@@ -555,6 +555,12 @@ func (b *backend) RAM(ctx context.Context) (map[string]int64, error) {
 	}
 	return out, first
 }
+
+// DiskUsage is what each node's /tmp holds on disk (engine.DiskUser): the
+// tree's disk budget counts it with the files.
+func (b *backend) DiskUsage() map[string]int64 { return b.tmp.usage() }
+
+var _ engine.DiskUser = (*backend)(nil)
 
 func (b *backend) Nodes(ctx context.Context) ([]engine.HeldNode, error) {
 	b.mu.Lock()

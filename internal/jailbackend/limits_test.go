@@ -85,3 +85,22 @@ func TestMemoryLimit(t *testing.T) {
 		t.Fatalf("a shell whose child ran out of memory: %+v, want exit 0 and oom_killed", x)
 	}
 }
+
+// TestTmpDiskBudget: what a node's /tmp holds is its disk usage
+// (engine.DiskUser), and the budget's MaxDiskBytes limits it: a write
+// past it fails with ENOSPC.
+func TestTmpDiskBudget(t *testing.T) {
+	f := newLimitedFixture(t, api.Budget{MaxDiskBytes: 8 << 20})
+	if err := f.b.Start(f.ctx, "n1", f.files("n1", "", "")); err != nil {
+		t.Fatal(err)
+	}
+	f.sh("n1", "head -c 2097152 /dev/urandom > /tmp/two")
+	du := f.b.(engine.DiskUser).DiskUsage()
+	if du["n1"] < 2<<20 || du["n1"] > 3<<20 {
+		t.Fatalf("n1's /tmp holds 2 MiB, DiskUsage says %d bytes (%v)", du["n1"], du)
+	}
+	x, out := f.run("n1", "sh", "-c", "head -c 16777216 /dev/zero > /tmp/big")
+	if x.ExitCode == 0 || !strings.Contains(out, "No space left on device") {
+		t.Fatalf("16 MiB into /tmp under an 8 MiB disk budget: %+v %q, want ENOSPC", x, out)
+	}
+}

@@ -34,8 +34,9 @@ const (
 	tmpMountDir = "tmp-mnt"   // its mount: node ID's /tmp at @ID
 )
 
-// openTmp opens (creating if need be) the /tmp layer under dir.
-func openTmp(dir string) (_ *tmpLayer, err error) {
+// openTmp opens (creating if need be) the /tmp layer under dir, limited
+// to maxDisk bytes (0: no limit).
+func openTmp(dir string, maxDisk int64) (_ *tmpLayer, err error) {
 	base := filepath.Join(dir, tmpBaseDir)
 	if err := os.MkdirAll(base, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: /tmp layer: %w", api.ErrInternal, err)
@@ -54,6 +55,9 @@ func openTmp(dir string) (_ *tmpLayer, err error) {
 			st.Close()
 		}
 	}()
+	if err := st.SetLimit(maxDisk); err != nil {
+		return nil, fmt.Errorf("/tmp layer: %w", err)
+	}
 	mnt := filepath.Join(dir, tmpMountDir)
 	fusemount.DetachStale(mnt) // what a killed daemon left
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
@@ -155,6 +159,14 @@ func (t *tmpLayer) drop(id string) error {
 		return fmt.Errorf("drop /tmp: %w", err)
 	}
 	return nil
+}
+
+// usage is the bytes each node's /tmp holds on disk (its own layers), by
+// node id.
+func (t *tmpLayer) usage() map[string]int64 {
+	out := t.st.Held()
+	delete(out, store.Main) // layers no branch holds, on their way out
+	return out
 }
 
 // setWritable makes node id's /tmp refuse changes (EROFS: a suspended

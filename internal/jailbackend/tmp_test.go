@@ -238,3 +238,28 @@ func (f *fixture) wantHeld(want ...string) {
 }
 
 var _ = engine.HeldLive
+
+// TestTmpForkStartFails: a fork whose second child cannot start (its files
+// path is missing) fails, and leaves no child held and no child's /tmp.
+func TestTmpForkStartFails(t *testing.T) {
+	f := newFixture(t)
+	if err := f.b.Start(f.ctx, "n1", f.files("n1", "", "")); err != nil {
+		t.Fatal(err)
+	}
+	f.sh("n1", "echo a > /tmp/a")
+	err := f.b.Fork(f.ctx, "n1", []string{"n2", "n3", "n4"}, func(context.Context) ([]string, error) {
+		return []string{f.files("n2", "", ""), filepath.Join(f.cfg.Base, "missing"), f.files("n4", "", "")}, nil
+	})
+	if !errors.Is(err, api.ErrBadRequest) {
+		t.Fatalf("fork with a child's files missing: %v, want it refused", err)
+	}
+	f.wantHeld("n1:live")
+	for _, c := range []string{"n2", "n3", "n4"} {
+		if _, err := f.b.(*backend).TmpPath(c); !errors.Is(err, api.ErrNotFound) {
+			t.Fatalf("%s's /tmp after the failed fork: %v, want none", c, err)
+		}
+	}
+	if got := f.sh("n1", "cat /tmp/a"); got != "a\n" {
+		t.Fatalf("the source after the failed fork: %q", got)
+	}
+}

@@ -78,6 +78,16 @@ func TestFirstCommitWins(t *testing.T) {
 						t.Errorf("%s: loser %s is not stale", when, name)
 					}
 					staleOps(t, f.s, b)
+					// The loser's own work reads as it wrote it.
+					if got := f.read(b, "who"); got != name {
+						t.Errorf("%s: stale %s reads who = %q, want its own %q", when, name, got, name)
+					}
+					// Its view is its own, whole: the winner's own/NAME does
+					// not show (into main too: what the commit changed was
+					// kept in the losers' snapshots).
+					if got := f.ls(b, "own"); got != name {
+						t.Errorf("%s: stale %s lists own = %q, want its own %q", when, name, got, name)
+					}
 					if _, err := f.s.Commit(name, false); !errors.Is(err, api.ErrStale) {
 						t.Errorf("%s: commit of stale %s = %v", when, name, err)
 					}
@@ -104,18 +114,45 @@ func TestFirstCommitWins(t *testing.T) {
 	}
 }
 
-// staleOps checks that every path operation on b fails with ESTALE.
+// staleOps checks that a stale branch reads (its work can be rescued) and
+// that every change to it fails with ESTALE.
 func staleOps(t *testing.T, s *Store, b *Branch) {
+	t.Helper()
+	if _, err := s.Resolve(b, "a"); err != nil {
+		t.Errorf("resolve on stale %s: %v, want its view", b.Name, err)
+	}
+	if _, err := s.ReadDir(b, ""); err != nil {
+		t.Errorf("readdir on stale %s: %v, want its view", b.Name, err)
+	}
+	if _, err := s.Diff(b.Name); err != nil {
+		t.Errorf("diff of stale %s: %v, want its changes", b.Name, err)
+	}
+	refusedChanges(t, s, b)
+}
+
+// goneOps checks that every path operation on b, committed or aborted,
+// fails with ESTALE.
+func goneOps(t *testing.T, s *Store, b *Branch) {
+	t.Helper()
+	if _, err := s.Resolve(b, "a"); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("resolve on gone %s: %v, want ESTALE", b.Name, err)
+	}
+	if _, err := s.ReadDir(b, ""); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("readdir on gone %s: %v, want ESTALE", b.Name, err)
+	}
+	refusedChanges(t, s, b)
+}
+
+// refusedChanges checks that every change to b fails with ESTALE.
+func refusedChanges(t *testing.T, s *Store, b *Branch) {
 	t.Helper()
 	mk := func(int, string) error { t.Errorf("%s: mk called on a stale branch", b.Name); return nil }
 	ops := map[string]func() error{
-		"resolve": func() error { _, err := s.Resolve(b, "a"); return err },
-		"readdir": func() error { _, err := s.ReadDir(b, ""); return err },
-		"copyup":  func() error { _, err := s.CopyUp(b, "a"); return err },
-		"create":  func() error { return s.Create(b, "newfile", false, mk) },
-		"remove":  func() error { return s.Remove(b, "a", false) },
-		"rename":  func() error { return s.Rename(b, "a", "a2", 0) },
-		"link":    func() error { return s.Link(b, "a", "a2") },
+		"copyup": func() error { _, err := s.CopyUp(b, "a"); return err },
+		"create": func() error { return s.Create(b, "newfile", false, mk) },
+		"remove": func() error { return s.Remove(b, "a", false) },
+		"rename": func() error { return s.Rename(b, "a", "a2", 0) },
+		"link":   func() error { return s.Link(b, "a", "a2") },
 	}
 	for name, op := range ops {
 		if err := op(); !errors.Is(err, syscall.ESTALE) {
