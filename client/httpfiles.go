@@ -24,6 +24,10 @@ func rawRoute(req api.Request) (string, string, error) {
 	return v.Method, p, err
 }
 
+// continueAbove is the largest body sent without waiting for the
+// server's 100 Continue (as the Python SDK's SMALL_BODY).
+const continueAbove = 64 << 10
+
 // send does one request of op whose body is body (raw, or nil) and
 // returns the response, or the error reply as an *api.Error.
 func (c *HTTPClient) send(ctx context.Context, req api.Request, body io.Reader, accept string) (*http.Response, error) {
@@ -37,6 +41,14 @@ func (c *HTTPClient) send(ctx context.Context, req api.Request, body io.Reader, 
 	}
 	if body != nil {
 		hr.Header.Set("Content-Type", "application/octet-stream")
+		// A body of unknown or large size waits for the server's 100
+		// Continue: a refusal (no such node, forbidden, suspended, over
+		// budget) comes back as its reply before any of it is sent, not
+		// as a connection reset mid-body. A small one goes at once.
+		// (NewRequest leaves a reader of unknown size at length 0.)
+		if hr.ContentLength > continueAbove || hr.ContentLength == 0 && hr.Body != http.NoBody {
+			hr.Header.Set("Expect", "100-continue")
+		}
 	}
 	if accept != "" {
 		hr.Header.Set("Accept", accept)
@@ -74,7 +86,11 @@ func (c *HTTPClient) ReadFile(ctx context.Context, treeID, nodeID, path string, 
 }
 
 // WriteFile replaces the file at path of node with r's data (the streamed
-// body of PUT .../files/{path}), atomically.
+// body of PUT .../files/{path}), atomically. A body over 64 KiB (or of
+// unknown size) is sent with "Expect: 100-continue", after the daemon has
+// accepted the write, so that a refusal is its typed error; that needs a
+// transport with an ExpectContinueTimeout (http.DefaultTransport's is 1s;
+// with none, Go sends the body at once).
 func (c *HTTPClient) WriteFile(ctx context.Context, treeID, nodeID, path string, mode uint32, r io.Reader) (api.FileInfo, error) {
 	req := api.Request{Op: api.OpFileWrite, TreeID: treeID, NodeID: nodeID, Path: path, Mode: mode}
 	res, err := c.send(ctx, req, r, "")
