@@ -373,9 +373,11 @@ func (v Verb) HTTPPath(req Request, esc func(string) string) (string, error) {
 		p = strings.ReplaceAll(p, "{node}", esc(node))
 	}
 	if strings.Contains(p, "{path...}") {
-		segs := strings.Split(strings.TrimLeft(req.Path, "/"), "/")
-		for i, s := range segs {
-			segs[i] = esc(s)
+		var segs []string
+		for _, s := range strings.Split(req.Path, "/") {
+			if s != "" { // "a//b" is "a/b" in a node, as on the socket
+				segs = append(segs, EscapeSegment(s, esc))
+			}
 		}
 		p = strings.ReplaceAll(p, "{path...}", strings.Join(segs, "/"))
 	}
@@ -392,6 +394,20 @@ func (v Verb) HTTPPath(req Request, esc func(string) string) (string, error) {
 		p += "?" + q.Encode()
 	}
 	return p, nil
+}
+
+// EscapeSegment is segment s of a files path escaped by esc, "." and ".."
+// as %2E and %2E%2E: a router cleans the literal ones away (with a
+// redirect, or out of the files route), the escaped ones reach the node,
+// which resolves them inside itself as the socket face does.
+func EscapeSegment(s string, esc func(string) string) string {
+	switch s {
+	case ".":
+		return "%2E"
+	case "..":
+		return "%2E%2E"
+	}
+	return esc(s)
 }
 
 // queryValue is request field f as the URL's query carries it ("" when

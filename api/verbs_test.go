@@ -118,6 +118,7 @@ func TestVerbTable(t *testing.T) {
 func TestFilesRoute(t *testing.T) {
 	for _, tc := range []api.Request{
 		{Op: api.OpFileRead, TreeID: "t", NodeID: "n1", Path: "a b/c%d/é?x#y"},
+		{Op: api.OpFileStat, TreeID: "t", NodeID: "n1", Path: "a/../b/./c/.."},
 		{Op: api.OpFileWrite, TreeID: "t", NodeID: "n1", Path: "/tmp/x", Mode: 0o750},
 		{Op: api.OpFileMkdir, TreeID: "t", NodeID: "n1", Path: "d/e"},
 		{Op: api.OpFileRemove, TreeID: "t", NodeID: "n1", Path: "d", Recursive: true},

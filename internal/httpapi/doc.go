@@ -51,6 +51,12 @@
 // X-Arbor-File-Mode, -Size, -Mtime), PUT streams the body into it
 // (atomically; a JSON body type is refused, never written), ?stat=1,
 // ?list=1 and ?mkdir=1 select the verb sharing the route (api.Verb.Flag).
+// The path's "." and ".." segments, raw or escaped, reach the node, which
+// resolves them inside itself as on the socket: ServeHTTP escapes the raw
+// ones first (keepDots), or the mux would redirect to a cleaned path, and
+// a ".." could climb out of the files route. A PUT with "Expect:
+// 100-continue" gets its 100 Continue only once the write is accepted (the
+// body is first read then), so a refusal is its reply.
 //
 // # Security
 //

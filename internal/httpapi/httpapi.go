@@ -252,6 +252,7 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 // ServeHTTP authenticates, routes and audits one request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	r = keepDots(r)
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 	defer func() {
 		if p := recover(); p != nil {
