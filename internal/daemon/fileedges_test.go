@@ -6,13 +6,16 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/store"
 	"github.com/arbor-dev/arbor/internal/testenv"
 )
 
@@ -166,4 +169,112 @@ func (c *countingReader) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// TestFilesWriteCrash: a daemon SIGKILLed while file_writes stream in,
+// one into a tree's root node (its base) and one into a fork (a layer of
+// the store), leaves nothing of them: after the restart neither the files
+// API nor the nodes' paths show a write's temporary (nor the target), and
+// the same writes then land.
+func TestFilesWriteCrash(t *testing.T) {
+	testenv.NeedFUSE(t)
+	dir := tempDir(t)
+	home, base := filepath.Join(dir, "home"), filepath.Join(dir, "base")
+	for _, d := range []string{home, base} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(base, "seed.txt"), "seed")
+	sock := filepath.Join(home, "arbord.sock")
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	p := spawn(t, home, dir)
+	cl := client.New(sock)
+	defer func() { cl.Close() }()
+	tr, err := cl.Do(ctx, api.Request{Op: api.OpTreeCreate, TreeID: "wcrash", Base: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Do(ctx, api.Request{Op: api.OpFileMkdir, TreeID: "wcrash", NodeID: tr.NodeID, Path: "d"}); err != nil {
+		t.Fatal(err)
+	}
+	fk, err := cl.Do(ctx, api.Request{Op: api.OpTreeFork, TreeID: "wcrash", SourceID: tr.NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]string{tr.NodeID: filepath.Join(tr.Path, "d"), fk.NodeID: filepath.Join(fk.Path, "d")}
+	temps := func() []string {
+		var out []string
+		for _, d := range nodes {
+			ents, err := os.ReadDir(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), store.TempPrefix) {
+					out = append(out, filepath.Join(d, e.Name()))
+				}
+			}
+		}
+		return out
+	}
+	done := make(chan error, len(nodes))
+	var pipes []*io.PipeWriter
+	for id := range nodes {
+		pr, pw := io.Pipe()
+		pipes = append(pipes, pw)
+		wc := client.New(sock)
+		defer wc.Close()
+		go func() {
+			_, err := wc.WriteFile(ctx, "wcrash", id, "d/big.bin", 0, pr)
+			done <- err
+		}()
+		if _, err := pw.Write(bytes.Repeat([]byte("x"), 1<<20)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(temps()) < len(nodes); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("temporaries of the writes in flight: %v", temps())
+		}
+	}
+	p.kill(t)
+	for _, pw := range pipes {
+		pw.CloseWithError(errors.New("the daemon was killed"))
+	}
+	for range nodes {
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("a write cut by the kill succeeded")
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a write did not end after the kill")
+		}
+	}
+	cl.Close()
+
+	spawn(t, home, dir)
+	cl = client.New(sock)
+	for id := range nodes {
+		l, err := cl.Do(ctx, api.Request{Op: api.OpFileList, TreeID: "wcrash", NodeID: id, Path: "d"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range l.Entries {
+			t.Errorf("after the restart, %s's d holds %s (%d bytes)", id, e.Name, e.Size)
+		}
+	}
+	if left := temps(); len(left) > 0 {
+		t.Errorf("after the restart the nodes' paths show %v", left)
+	}
+	for id := range nodes {
+		if fi, err := cl.WriteFile(ctx, "wcrash", id, "d/big.bin", 0, bytes.NewReader([]byte("whole"))); err != nil || fi.Size != 5 {
+			t.Fatalf("the write to %s again: %+v, %v", id, fi, err)
+		}
+	}
+	if ents, err := os.ReadDir(filepath.Join(home, "trees", "wcrash", "writes")); err != nil || len(ents) > 0 {
+		t.Errorf("the write journal after the writes: %v, %v", ents, err)
+	}
 }

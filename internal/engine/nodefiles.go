@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sync"
 	"unicode/utf8"
 
@@ -117,6 +118,12 @@ func (e *Engine) useNode(ctx context.Context, req api.Request, readOnly bool) (l
 	return lctx, ts, ts.backend, done, nil
 }
 
+// writes is tree id's journal of the files writes in flight (reaped when
+// the tree is loaded).
+func (e *Engine) writes(id string) nodefs.Journal {
+	return nodefs.Journal(filepath.Join(e.treeDir(id), "writes"))
+}
+
 // nodeFiles is node id's files: the backend's (FileServer) or its files
 // directory at "/".
 func (ts *treeState) nodeFiles(b Backend, id, filesPath string) (NodeFiles, error) {
@@ -136,7 +143,7 @@ func (e *Engine) withFiles(ctx context.Context, req api.Request, readOnly bool, 
 		return err
 	}
 	defer done()
-	err = e.filesOf(lctx, ts, b, req.NodeID, fn)
+	err = e.filesOf(nodefs.WithJournal(lctx, e.writes(ts.id)), ts, b, req.NodeID, fn)
 	return e.leaseCause(lctx, req, err)
 }
 

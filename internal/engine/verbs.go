@@ -576,6 +576,11 @@ func (e *Engine) load(ctx context.Context, id string) (*treeState, error) {
 		ts.closeLayers()
 		return nil, fmt.Errorf("tree %s: views: %w", id, err)
 	}
+	// Its files are reachable again: remove what writes cut short by a
+	// crash left (not an error for the tree: the names stay visible).
+	if n, err := e.writes(id).Reap(); err != nil || n > 0 {
+		e.log.Info("tree: temporaries of cut writes removed", "tree", id, "removed", n, "err", err)
+	}
 	return ts, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/access"
+	"github.com/arbor-dev/arbor/internal/store"
 )
 
 // Root is a host directory shown at Prefix ("/", "/workspace", "/tmp").
@@ -181,7 +183,19 @@ func (fs *FS) Write(ctx context.Context, p string, mode uint32, r io.Reader) (ap
 	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return api.FileInfo{}, api.Errorf(api.ErrBadRequest, "write %s: a directory is there", p)
 	}
-	tmp := fmt.Sprintf(".arbor-write-%d-%d", os.Getpid(), tmpSeq.Add(1))
+	// A daemon killed meanwhile leaves nothing behind: ctx's journal
+	// names the temporary until it is gone (Journal.Reap at the next
+	// start), and the store drops the name from its layers at Open.
+	tmp := fmt.Sprintf("%s%d-%d", store.TempPrefix, os.Getpid(), tmpSeq.Add(1))
+	where, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", dfd))
+	if err != nil {
+		return api.FileInfo{}, fmt.Errorf("write %s: %w: %w", p, api.ErrInternal, err)
+	}
+	forget, err := record(ctx, filepath.Join(where, tmp))
+	if err != nil {
+		return api.FileInfo{}, fmt.Errorf("write %s: %w: %w", p, api.ErrInternal, err)
+	}
+	defer forget() // after the deferred unlink below
 	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return api.FileInfo{}, pathError(p, err)

@@ -9,6 +9,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// TempPrefix starts the name of a files writer's temporary (nodefs.Write
+// writes beside the target under ".arbor-write-PID-N", then renames it
+// over the target). Only a crash leaves one behind, and no write outlives
+// the daemon: Open removes every regular file so named from the layers.
+const TempPrefix = ".arbor-write-"
+
 const (
 	whPrefix   = ".wh."
 	opqMarker  = ".wh..wh..opq"
@@ -156,6 +162,8 @@ func (s *Store) indexDir(l *layer, dir int, rel string) error {
 			if err != nil {
 				return err
 			}
+		case st.Mode&unix.S_IFMT == unix.S_IFREG && strings.HasPrefix(name, TempPrefix) && unix.Unlinkat(dir, name, 0) == nil:
+			continue // a write a crash cut short
 		default:
 			ino := s.readXattrUint(l.real(p), inoXattr)
 			if st.Mode&unix.S_IFMT == unix.S_IFREG {
