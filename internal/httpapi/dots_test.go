@@ -76,4 +76,3 @@ func (p *pathRecorder) OpenFile(ctx context.Context, req api.Request) (io.ReadCl
 func (p *pathRecorder) WriteFile(ctx context.Context, req api.Request, r io.Reader) (api.FileInfo, error) {
 	return api.FileInfo{}, api.Errorf(api.ErrNotFound, "no files")
 }
-
