@@ -3,6 +3,7 @@ package cowfs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/arbor-dev/arbor/internal/store"
@@ -145,6 +146,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		h.n.fs.st.CloseWrite(h.real)
 	}
 	h.n.dropHandle(h)
+	if hook := afterDrop.Load(); hook != nil {
+		(*hook)(h)
+	}
 	if h.write && !h.n.isGone() {
 		// Every view, this one too: writes through a shared mapping
 		// changed the times without a request.
@@ -152,6 +156,11 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	}
 	return fs.ToErrno(err)
 }
+
+// afterDrop, set by tests only, runs in Release once the node no longer
+// counts the handle: go-fuse drops its passthrough backing file only after
+// Release returns.
+var afterDrop atomic.Pointer[func(h *handle)]
 
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	// Like close(2) on a dup, so that locks and NFS-style semantics hold.

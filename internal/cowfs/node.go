@@ -28,12 +28,12 @@ type node struct {
 
 	mu        sync.Mutex           // guards the fields below
 	lowerOpen int                  // descriptors open on a lower copy of this inode
-	realIno   uint64               // for a regular file, the real file its descriptors are open on
 	handles   map[*handle]struct{} // open descriptors, for calls on an unlinked file
 	gone      bool                 // unlinked from this view
 	misses    map[string]struct{}  // for a view root, names it answered as absent (see missed)
 
-	born time.Time // when a lookup made it (see young)
+	born    time.Time // when a lookup made it (see young)
+	realIno uint64    // for a regular file, the real file it was looked up on (see Open)
 }
 
 func (n *node) addHandle(h *handle) {
@@ -512,19 +512,19 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	real := res.Real
 	h := n.fs.newHandle(fd, n, b, real, write)
 	h.lower = res.Lower && !write
-	n.mu.Lock()
 	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino != n.realIno {
-		if len(n.handles) > 0 {
-			// This kernel inode's backing file is the old real file, still
-			// open. ESTALE makes the kernel look the path up again
-			// (LOOKUP_REVAL) and retry the open once, on the new inode.
-			n.mu.Unlock()
-			n.fs.abandon(fd, real, write)
-			return nil, 0, syscall.ESTALE
-		}
-		n.realIno = st.Ino // nothing is open: this inode takes the new file
+		// A kernel inode stays bound to the real file of its lookup. Its
+		// passthrough backing file is the one its first open registered,
+		// and go-fuse drops it only after the last Release has returned
+		// (it counts opens itself): an open served meanwhile, even with no
+		// handle left on the node, would do its I/O on the old file, which
+		// may be a frozen layer its parent and siblings still show
+		// (TestOpenDuringLateRelease). ESTALE makes the kernel look the path
+		// up again (LOOKUP_REVAL), which gives a new inode (viewGen changes
+		// with the real file), and retry the open once, on it.
+		n.fs.abandon(fd, real, write)
+		return nil, 0, syscall.ESTALE
 	}
-	n.mu.Unlock()
 	n.addHandle(h)
 	if (flags&syscall.O_TRUNC != 0 || (write && h.passthrough)) && unprivileged(ctx) {
 		// FUSE_HANDLE_KILLPRIV_V2 leaves clearing setuid and setgid to us:
