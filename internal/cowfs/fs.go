@@ -330,8 +330,8 @@ func (f *FS) openFlags(h *handle) uint32 {
 // but a shared mapping of a direct descriptor puts the inode in cached mode,
 // so while a direct descriptor is open every new one is direct too
 // (node.addHandle).
-func (f *FS) newHandle(fd int, n *node, b *store.Branch, real string, write bool) *handle {
-	h := &handle{fd: fd, n: n, br: b, real: real, write: write}
+func (f *FS) newHandle(fd int, n *node, b *store.Branch, res store.Res, write bool) *handle {
+	h := &handle{fd: fd, n: n, br: b, real: res.Real, w: res.Writer, write: write}
 	quota := f.st.QuotaOf(b) > 0
 	switch {
 	case !f.passthrough:
@@ -808,9 +808,7 @@ func (f *FS) attrOf(b *store.Branch, rel string, out *fuse.AttrOut) syscall.Errn
 }
 
 // abandon closes a descriptor that will not become a handle.
-func (f *FS) abandon(fd int, real string, write bool) {
+func (f *FS) abandon(fd int, w *store.Writer) {
 	unix.Close(fd)
-	if write {
-		f.st.CloseWrite(real)
-	}
+	f.st.CloseWrite(w)
 }

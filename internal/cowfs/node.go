@@ -500,7 +500,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		fd, res, err = n.fs.st.OpenFile(b, rel, int(flags), 0, false)
 		if err == nil {
 			if err = unix.Fstat(fd, &st); err != nil {
-				n.fs.abandon(fd, res.Real, write)
+				n.fs.abandon(fd, res.Writer)
 			}
 		}
 	} else {
@@ -509,8 +509,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, errno(err)
 	}
-	real := res.Real
-	h := n.fs.newHandle(fd, n, b, real, write)
+	h := n.fs.newHandle(fd, n, b, res, write)
 	h.lower = res.Lower && !write
 	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino != n.realIno {
 		// A kernel inode stays bound to the real file of its lookup. Its
@@ -522,7 +521,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// (TestOpenDuringLateRelease). ESTALE makes the kernel look the path
 		// up again (LOOKUP_REVAL), which gives a new inode (viewGen changes
 		// with the real file), and retry the open once, on it.
-		n.fs.abandon(fd, real, write)
+		n.fs.abandon(fd, res.Writer)
 		return nil, 0, syscall.ESTALE
 	}
 	n.addHandle(h)
@@ -612,17 +611,17 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		n.fs.abandon(fd, real, write)
+		n.fs.abandon(fd, made.Writer)
 		return nil, nil, 0, errno(err)
 	}
 	res, err := n.fs.st.Resolve(b, rel)
 	if err != nil {
-		n.fs.abandon(fd, real, write)
+		n.fs.abandon(fd, made.Writer)
 		return nil, nil, 0, errno(err)
 	}
 	in := n.child(ctx, name, res, &st, out)
 	c := in.Operations().(*node)
-	h := n.fs.newHandle(fd, c, b, real, write)
+	h := n.fs.newHandle(fd, c, b, made, write)
 	c.addHandle(h)
 	if write && h.passthrough && mode&(unix.S_ISUID|unix.S_ISGID) != 0 && unprivileged(ctx) {
 		killPriv(fd) // as in Open: its writes will reach no request

@@ -138,7 +138,7 @@ func BenchmarkLookupDuringCopyUp(b *testing.B) {
 				return
 			}
 			unix.Close(fd)
-			m.s.CloseWrite(res.Real)
+			m.s.CloseWrite(res.Writer)
 		})
 		b.Logf("copy-up of 1 GiB in %v; %d ops during it", took, len(m.busy))
 		if err := m.s.Abort(name); err != nil {

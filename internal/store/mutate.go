@@ -98,7 +98,7 @@ func (s *Store) preserve(rel string, subtree bool) error {
 			}
 			s.put(o, rel, kFile, false, st.Ino)
 		default:
-			if s.writers[real] > 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			if len(s.writers[real]) > 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
 				// Main holds it open for writing: its descriptors must keep
 				// writing the base's inode, so the snapshot gets a copy.
 				if err := s.copyNode(real, dst, &st); err != nil {
@@ -630,7 +630,8 @@ func (s *Store) QuotaOf(b *Branch) int64 {
 // same critical section, so that no fork can come between the copy-up and
 // the count. With create, rel must not exist and is made with mode. It
 // returns the descriptor and what rel resolved to, Real being the real path
-// the descriptor is open on (after a copy-up, the branch's own copy).
+// the descriptor is open on (after a copy-up, the branch's own copy) and
+// Writer its count, for CloseWrite.
 func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create bool) (int, Res, error) {
 	write := flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0
 	if !write && !create {
@@ -675,7 +676,7 @@ func (s *Store) OpenFile(b *Branch, rel string, flags int, mode uint32, create b
 			return -1, Res{}, err
 		}
 	}
-	s.writers[res.Real]++
+	res.Writer = s.addWriter(res.Real)
 	return fd, res, nil
 }
 
