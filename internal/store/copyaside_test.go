@@ -10,7 +10,7 @@ import (
 // up whole, with its metadata and inode number, its reservation released
 // and its blocks counted once; a second copy-up finds it in the head.
 func TestCopyUpAside(t *testing.T) {
-	data := bytes.Repeat([]byte("0123456789abcdef"), 3*copyAside/16)
+	data := bytes.Repeat([]byte("0123456789abcdef"), 3<<20/16)
 	f := newFixture(t, map[string]string{"big": string(data)})
 	os.Chmod(f.base+"/big", 0o640)
 	f.fork(Main, "c")

@@ -197,3 +197,80 @@ func BenchmarkLookupDuringCommit(b *testing.B) {
 	}
 	m.report()
 }
+
+// BenchmarkLookupDuringSmallCopyUps: while one branch copies up 400 files
+// of one size under 1 MiB (a build touching many sources), lookups and
+// opens of other files in another branch; "lock" copies them under the
+// store's lock (as before copyAside went from 1 MiB to every file with
+// data), "aside" copies them outside it and publishes them under it. It reports the copy-ups'
+// own cost too, per file: copyup-us beside the lookups, alone-copyup-us
+// with nothing else running.
+//
+//	go test -run '^$' -bench BenchmarkLookupDuringSmallCopyUps -benchtime 1x -count 3 ./internal/store/
+func BenchmarkLookupDuringSmallCopyUps(b *testing.B) {
+	for _, size := range []int{4 << 10, 64 << 10, 512 << 10} {
+		for _, mode := range []string{"lock", "aside"} {
+			b.Run(fmt.Sprintf("%dK/%s", size>>10, mode), func(b *testing.B) {
+				defer func(old int64) { copyAside = old }(copyAside)
+				if mode == "lock" {
+					copyAside = 1 << 20
+				}
+				base, dir := b.TempDir(), b.TempDir()
+				data := make([]byte, size)
+				for i := range data {
+					data[i] = byte(i)
+				}
+				const n = 400
+				for i := range n {
+					if err := os.WriteFile(filepath.Join(base, fmt.Sprintf("src%d", i)), data, 0o644); err != nil {
+						b.Fatal(err)
+					}
+				}
+				m := newIdleBusy(b, base)
+				var err error
+				if m.s, err = Open(Config{Dir: dir, Base: base}); err != nil {
+					b.Fatal(err)
+				}
+				defer m.s.Close()
+				if err := m.s.Fork(Main, "reader"); err != nil {
+					b.Fatal(err)
+				}
+				m.br, _ = m.s.Branch("reader")
+				copyAll := func(name string) {
+					cp, _ := m.s.Branch(name)
+					for i := range n {
+						fd, res, err := m.s.OpenFile(cp, fmt.Sprintf("src%d", i), unix.O_WRONLY, 0, false)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						unix.Close(fd)
+						m.s.CloseWrite(res.Writer)
+					}
+				}
+				var total, alone time.Duration
+				for k := 0; k < b.N; k++ {
+					for _, busy := range []bool{false, true} {
+						name := fmt.Sprintf("copier%d-%v", k, busy)
+						if err := m.s.Fork(Main, name); err != nil {
+							b.Fatal(err)
+						}
+						if busy {
+							total += m.run(func() { copyAll(name) })
+						} else {
+							t0 := time.Now()
+							copyAll(name)
+							alone += time.Since(t0)
+						}
+						if err := m.s.Abort(name); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64(alone.Microseconds())/float64(b.N*n), "alone-copyup-us")
+				m.report()
+				b.ReportMetric(float64(total.Microseconds())/float64(b.N*n), "copyup-us")
+			})
+		}
+	}
+}

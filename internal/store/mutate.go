@@ -736,9 +736,13 @@ type prepared struct {
 	used     bool    // published
 }
 
-// copyAside is the size from which a copy-up copies outside the lock: a
-// smaller file copies in less time than the second look costs.
-const copyAside = 1 << 20
+// copyAside is the allocation from which a copy-up copies outside the
+// lock: every file that holds data. Even a 4 KiB copy-up (a create, a copy
+// and the xattrs, 0.4-1.5 ms on the loaded build machine) held lookups in
+// other branches for its whole length: their p99 was 400-700 µs during many
+// small copy-ups under the lock, 22-48 µs (about idle) with the copy aside
+// (BenchmarkLookupDuringSmallCopyUps, which sets it higher to compare).
+var copyAside int64 = 1
 
 // prepareCopyUp copies rel's data for b's head aside, without the store's
 // lock, when that is what a copy-up of it will need (a regular file of one
