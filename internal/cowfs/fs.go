@@ -111,6 +111,24 @@ type FS struct {
 	nt notifier // the store's events, turned into kernel invalidations
 
 	served struct{ reads, writes atomic.Int64 } // data requests the daemon served itself
+
+	// releasing counts the RELEASEs in go-fuse's hands: our
+	// handle.Release, then go-fuse's drop of the kernel inode's
+	// passthrough backing file (see node.bind).
+	releasing atomic.Int64
+}
+
+// releaseFS is go-fuse's bridge with its RELEASEs counted in
+// FS.releasing, from before handle.Release to after go-fuse is done.
+type releaseFS struct {
+	fuse.RawFileSystem
+	n *atomic.Int64
+}
+
+func (r *releaseFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	r.n.Add(1)
+	defer r.n.Add(-1)
+	r.RawFileSystem.Release(cancel, in)
 }
 
 // Served counts the READ and WRITE requests the daemon served itself (with
@@ -229,7 +247,8 @@ func Mount(cfg Config) (*FS, error) {
 		opts.MountOptions.DirectMount = false
 		opts.MountOptions.DirectMountStrict = false
 	}
-	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), target, &opts.MountOptions)
+	raw := &releaseFS{RawFileSystem: newDirFS(fs.NewNodeFS(f.root, opts)), n: &f.releasing}
+	srv, err := fuse.NewServer(raw, target, &opts.MountOptions)
 	if err != nil {
 		if atDir {
 			unix.Unmount(cfg.Mountpoint, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)

@@ -24,12 +24,15 @@ func TestOpenDuringLateRelease(t *testing.T) {
 		t.Skip("passthrough is off (not root): no backing file to share")
 	}
 	st := f.Store()
-	var armed atomic.Bool
-	var reached, proceed chan struct{}
+	type gate struct{ reached, proceed chan struct{} }
+	var armed atomic.Pointer[gate]
 	hook := func(h *handle) {
-		if !h.write && strings.HasSuffix(h.real, "/a.txt") && armed.CompareAndSwap(true, false) {
-			close(reached)
-			<-proceed
+		if h.write || !strings.HasSuffix(h.real, "/a.txt") {
+			return
+		}
+		if g := armed.Swap(nil); g != nil {
+			close(g.reached)
+			<-g.proceed
 		}
 	}
 	afterDrop.Store(&hook)
@@ -48,8 +51,8 @@ func TestOpenDuringLateRelease(t *testing.T) {
 		if err := st.Fork(p, c); err != nil {
 			t.Fatal(err)
 		}
-		reached, proceed = make(chan struct{}), make(chan struct{})
-		armed.Store(true)
+		reached, proceed := make(chan struct{}), make(chan struct{})
+		armed.Store(&gate{reached, proceed})
 		if d, err := os.ReadFile(filepath.Join(mnt, "@"+c, "a.txt")); err != nil || string(d) != "two" {
 			close(proceed)
 			t.Fatalf("%s reads %q, %v; want two", c, d, err)
