@@ -76,3 +76,52 @@ func TestOpenDuringLateRelease(t *testing.T) {
 		}
 	}
 }
+
+// TestRotatedWriterAcrossFork: a log rotation through the mount (x open for
+// writing, renamed to x.1, a new x opened for writing, the first closed),
+// then a fork. The store must still count the new x's writer, so that the
+// fork keeps its file apart: its writes after the fork must not show in
+// the child. The release of the first descriptor uncounted the path it was
+// opened at, which by then was the new x's.
+func TestRotatedWriterAcrossFork(t *testing.T) {
+	f, _, mnt := mount(t, nil)
+	st := f.Store()
+	if err := st.Fork("main", "p"); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(mnt, "@p")
+	a, err := os.OpenFile(filepath.Join(dir, "x"), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "x"), filepath.Join(dir, "x.1")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.OpenFile(filepath.Join(dir, "x"), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	a.Close()
+	p, _ := st.Branch("p")
+	rotated, err := st.Resolve(p, "x.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// close(2) returns before the RELEASE reaches the store.
+	for deadline := time.Now().Add(2 * time.Second); st.Writing(rotated.Real) && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if err := st.Fork("p", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.WriteString("after the fork"); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := os.ReadFile(filepath.Join(mnt, "@c", "x")); err != nil || len(d) != 0 {
+		t.Errorf("x in the child = %q, %v; want it empty: the parent's writer wrote into the child's layer", d, err)
+	}
+	if d, err := os.ReadFile(filepath.Join(dir, "x")); err != nil || string(d) != "after the fork" {
+		t.Errorf("x in the parent = %q, %v", d, err)
+	}
+}
