@@ -199,7 +199,7 @@ type Writer struct {
 	real string // guarded by Store.mu
 }
 
-type writerSet map[*Writer]struct{}
+type writing map[*Writer]struct{} // the writers open on one real path
 
 // OpenWrite and CloseWrite count the descriptors open for writing on a real
 // path, so that a fork or a snapshot never moves an inode that a writer
@@ -213,7 +213,7 @@ func (s *Store) OpenWrite(real string) *Writer {
 func (s *Store) addWriter(real string) *Writer {
 	w := &Writer{real: real}
 	if s.writers[real] == nil {
-		s.writers[real] = writerSet{}
+		s.writers[real] = writing{}
 	}
 	s.writers[real][w] = struct{}{}
 	return w
@@ -263,7 +263,7 @@ func (s *Store) moveWriter(old, new string) {
 	}
 	delete(s.writers, old)
 	if s.writers[new] == nil {
-		s.writers[new] = writerSet{}
+		s.writers[new] = writing{}
 	}
 	for w := range set {
 		w.real = new
@@ -274,7 +274,7 @@ func (s *Store) moveWriter(old, new string) {
 // moveWriters carries the writers of old and everything under it to new
 // (and, for an exchange, those of new to old).
 func (s *Store) moveWriters(old, new string, exchange bool) {
-	re := map[string]writerSet{}
+	re := map[string]writing{}
 	for p, set := range s.writers {
 		var to string
 		switch {
@@ -287,7 +287,7 @@ func (s *Store) moveWriters(old, new string, exchange bool) {
 		}
 		delete(s.writers, p)
 		if re[to] == nil {
-			re[to] = writerSet{}
+			re[to] = writing{}
 		}
 		for w := range set {
 			w.real = to
@@ -296,7 +296,7 @@ func (s *Store) moveWriters(old, new string, exchange bool) {
 	}
 	for p, set := range re {
 		if s.writers[p] == nil {
-			s.writers[p] = writerSet{}
+			s.writers[p] = writing{}
 		}
 		for w := range set {
 			s.writers[p][w] = struct{}{}

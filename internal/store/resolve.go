@@ -17,10 +17,11 @@ type Res struct {
 	Ino   uint64 // the inode number to report (0: the real file's)
 	Lower bool   // a branch other than main sees it below its head: a write copies it up
 	Nlink uint32 // for the copy of a hard-linked lower file, the lower file's link count
+	cut   int    // for a directory: the depth below which its content is hidden
+
 	// Writer is the count of a descriptor OpenFile opened for writing
 	// (nil otherwise), for CloseWrite.
 	Writer *Writer
-	cut   int    // for a directory: the depth below which its content is hidden
 }
 
 // IsDir reports whether the path is a directory.
