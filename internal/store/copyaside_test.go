@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"os"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestCopyUpAside: a file big enough to be copied outside the lock copies
@@ -39,6 +41,45 @@ func TestCopyUpAside(t *testing.T) {
 	}
 	if again, err := f.s.CopyUp(c, "big"); err != nil || again != real {
 		t.Errorf("second copy-up: %s, %v", again, err)
+	}
+	ents, _ := os.ReadDir(f.s.tmpDir())
+	if len(ents) != 0 {
+		t.Errorf("%d copies left in %s", len(ents), f.s.tmpDir())
+	}
+}
+
+// TestMainCopyAside: main's first write to a file a fork still shows from
+// the base moves the base's inode into the fork's snapshot and gives main a
+// copy; that copy is made outside the lock. The fork keeps the old bytes
+// and inode number, main writes its copy, and no copy is left behind.
+func TestMainCopyAside(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789abcdef"), 3<<20/16)
+	f := newFixture(t, map[string]string{"big": string(data)})
+	f.fork(Main, "c")
+	c := f.br("c")
+	before, _ := f.s.Resolve(c, "big")
+	var st0 unix.Stat_t
+	unix.Lstat(f.base+"/big", &st0)
+	fd, res, err := f.s.OpenFile(f.br(Main), "big", unix.O_WRONLY, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Pwrite(fd, []byte("MAIN"), 0); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	f.s.CloseWrite(res.Writer)
+	if got := f.read(c, "big"); got != string(data) {
+		t.Errorf("the fork reads %d bytes starting %q, want the old content", len(got), got[:min(len(got), 8)])
+	}
+	if got := f.baseRead("big"); got != "MAIN"+string(data[4:]) {
+		t.Errorf("main reads %d bytes starting %q", len(got), got[:min(len(got), 8)])
+	}
+	after, _ := f.s.Resolve(c, "big")
+	var st unix.Stat_t
+	unix.Lstat(after.Real, &st)
+	if st.Ino != st0.Ino || (after.Ino != 0 && after.Ino != before.Ino && before.Ino != 0) {
+		t.Errorf("the fork's file is inode %d (reported %d), want the base's %d", st.Ino, after.Ino, st0.Ino)
 	}
 	ents, _ := os.ReadDir(f.s.tmpDir())
 	if len(ents) != 0 {

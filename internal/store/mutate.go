@@ -57,6 +57,12 @@ func (s *Store) covered(o *layer, rel string, subtree bool) bool {
 // does not already decide it, before main changes rel. With subtree, a
 // directory is preserved with everything under it (main is about to move it).
 func (s *Store) preserve(rel string, subtree bool) error {
+	return s.preserveWith(rel, subtree, nil)
+}
+
+// preserveWith is preserve that uses pre, a copy of main's file made
+// outside the lock by prepareCopyUp, if it is still a copy of what main has.
+func (s *Store) preserveWith(rel string, subtree bool, pre *prepared) error {
 	snaps := s.liveSnaps()
 	if len(snaps) == 0 {
 		return nil
@@ -98,16 +104,25 @@ func (s *Store) preserve(rel string, subtree bool) error {
 			}
 			s.put(o, rel, kFile, false, st.Ino)
 		default:
+			made := ""
+			if pre != nil && !pre.used && pre.src == real && pre.sig == sigOfStat(&st) {
+				made, pre.used = pre.tmp, true
+			}
 			if len(s.writers[real]) > 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
 				// Main holds it open for writing: its descriptors must keep
 				// writing the base's inode, so the snapshot gets a copy.
-				if err := s.copyNode(real, dst, &st); err != nil {
-					return err
+				if made == "" || s.rename(made, dst, unix.RENAME_NOREPLACE) != nil {
+					if made != "" {
+						s.removeAll(made)
+					}
+					if err := s.copyNode(real, dst, &st); err != nil {
+						return err
+					}
 				}
 			} else {
 				// Move the inode into the snapshot, so that the forks' open
 				// descriptors keep their bytes, and give main a fresh copy.
-				if err := s.moveOut(real, dst, &st); err != nil {
+				if err := s.moveOut(real, dst, &st, made); err != nil {
 					return err
 				}
 			}
@@ -273,7 +288,7 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 		return "", err
 	}
 	if b.Name == Main {
-		if err := s.preserve(rel, false); err != nil {
+		if err := s.preserveWith(rel, false, pre); err != nil {
 			return "", err
 		}
 		if rel == "" {
@@ -747,10 +762,15 @@ var copyAside int64 = 1
 // prepareCopyUp copies rel's data for b's head aside, without the store's
 // lock, when that is what a copy-up of it will need (a regular file of one
 // name below b's head, big enough to be worth it): lookups, opens and the
-// other branches' changes go on meanwhile (STYLE.md rule 18). Nil if not.
+// other branches' changes go on meanwhile (STYLE.md rule 18). For main it
+// is the copy that main keeps when its file moves into a live snapshot
+// (preserve). Nil if not.
 func (s *Store) prepareCopyUp(b *Branch, rel string, trunc bool) *prepared {
-	if b.Name == Main || trunc {
+	if trunc {
 		return nil
+	}
+	if b.Name == Main {
+		return s.prepareMain(b, rel)
 	}
 	s.mu.RLock()
 	if writableBranch(b) != nil {
@@ -763,8 +783,35 @@ func (s *Store) prepareCopyUp(b *Branch, rel string, trunc bool) *prepared {
 	if err != nil || res.Depth == h.depth || res.IsDir() || res.Nlink > 1 {
 		return nil
 	}
+	return s.prepareCopy(b, res.Real, h)
+}
+
+// prepareMain is prepareCopyUp for main: a copy of the base's file, if a
+// live snapshot still shows it from the base.
+func (s *Store) prepareMain(b *Branch, rel string) *prepared {
+	if rel == "" {
+		return nil
+	}
+	s.mu.RLock()
+	need := false
+	for _, o := range s.liveSnaps() {
+		if !s.covered(o, rel, false) {
+			need = true
+			break
+		}
+	}
+	s.mu.RUnlock()
+	if !need {
+		return nil
+	}
+	return s.prepareCopy(b, s.base+"/"+rel, nil)
+}
+
+// prepareCopy copies the regular file src aside for b's head h (nil for
+// main) if it is big enough to be worth it.
+func (s *Store) prepareCopy(b *Branch, src string, h *layer) *prepared {
 	var st unix.Stat_t
-	if s.Lstat(res.Real, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 || st.Blocks*512 < copyAside {
+	if s.Lstat(src, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 || st.Blocks*512 < copyAside {
 		return nil
 	}
 	reserved, err := s.Reserve(b, 0, copyCost(&st))
@@ -776,14 +823,14 @@ func (s *Store) prepareCopyUp(b *Branch, rel string, trunc bool) *prepared {
 		return nil
 	}
 	p := &prepared{tmp: filepath.Join(s.tmpDir(), fmt.Sprintf("up-%d-%d", os.Getpid(), tmpSeq.Add(1))),
-		src: res.Real, sig: sigOfStat(&st), head: h, reserved: reserved}
-	if err := s.copyNode(res.Real, p.tmp, &st); err != nil {
+		src: src, sig: sigOfStat(&st), head: h, reserved: reserved}
+	if err := s.copyNode(src, p.tmp, &st); err != nil {
 		s.dropPrepared(p)
 		return nil
 	}
 	// The source changed while it was copied: the copy under the lock
 	// will be made again.
-	if s.sigOf(res.Real) != p.sig {
+	if s.sigOf(src) != p.sig {
 		s.dropPrepared(p)
 		return nil
 	}

@@ -661,7 +661,7 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) error {
 		// in the frozen layer is unchanged too; otherwise the layer changed.
 		prev, wasKept := frozen.kept[rel]
 		stillKept := wasKept && s.sigOf(real) == prev
-		if err := s.moveOut(real, dst, &st); err != nil {
+		if err := s.moveOut(real, dst, &st, ""); err != nil {
 			return fmt.Errorf("keep %s: %w", rel, err)
 		}
 		ino := e.ino
