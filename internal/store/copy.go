@@ -194,6 +194,19 @@ func (s *Store) setIno(p string, ino uint64) {
 
 var tmpSeq atomic.Uint64
 
+// emptyAside makes an empty copy of the regular file src (its metadata,
+// no data) in tmpDir, for moveOut.
+func (s *Store) emptyAside(src string, st *unix.Stat_t) (string, error) {
+	if err := os.MkdirAll(s.tmpDir(), 0o700); err != nil {
+		return "", err
+	}
+	tmp := filepath.Join(s.tmpDir(), fmt.Sprintf("%d-%d", os.Getpid(), tmpSeq.Add(1)))
+	if err := s.copyEmpty(src, tmp, st); err != nil {
+		return "", err
+	}
+	return tmp, nil
+}
+
 // moveOut moves the file at src to dst and leaves a copy of it at src, so
 // that descriptors open on src's inode follow it to dst. src is never
 // missing, not even after a crash in the middle: the copy is made aside in

@@ -86,3 +86,31 @@ func TestMainCopyAside(t *testing.T) {
 		t.Errorf("%d copies left in %s", len(ents), f.s.tmpDir())
 	}
 }
+
+// TestMainTruncAfterFork: main's first open with O_TRUNC of a file a fork
+// still shows moves the base's inode into the snapshot and gives main an
+// empty file with the same metadata (no copy of the data it is about to
+// drop: BenchmarkMainTruncAfterFork).
+func TestMainTruncAfterFork(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789abcdef"), 3<<20/16)
+	f := newFixture(t, map[string]string{"big": string(data)})
+	os.Chmod(f.base+"/big", 0o640)
+	f.fork(Main, "c")
+	c := f.br("c")
+	fd, res, err := f.s.OpenFile(f.br(Main), "big", unix.O_WRONLY|unix.O_TRUNC, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Write(fd, []byte("new"))
+	unix.Close(fd)
+	f.s.CloseWrite(res.Writer)
+	if got := f.read(c, "big"); got != string(data) {
+		t.Errorf("the fork reads %d bytes, want the old %d", len(got), len(data))
+	}
+	if got := f.baseRead("big"); got != "new" {
+		t.Errorf("main reads %q", got)
+	}
+	if m := f.mode(f.br(Main), "big"); m != 0o640 {
+		t.Errorf("main's file has mode %o, want 640", m)
+	}
+}

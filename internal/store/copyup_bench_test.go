@@ -194,6 +194,47 @@ func BenchmarkLookupDuringMainCopyUp(b *testing.B) {
 	m.report()
 }
 
+// BenchmarkMainTruncAfterFork: main's first open with O_TRUNC of a 256 MiB
+// file a fork still shows, and its close. The fork's snapshot takes the
+// base's inode; main's new file needs none of the old data.
+//
+//	go test -run '^$' -bench BenchmarkMainTruncAfterFork -benchtime 5x -count 3 ./internal/store/
+func BenchmarkMainTruncAfterFork(b *testing.B) {
+	base, dir := b.TempDir(), b.TempDir()
+	s, err := Open(Config{Dir: dir, Base: base})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	data := make([]byte, 256<<20)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	main, _ := s.Branch(Main)
+	for n := 0; b.Loop(); n++ {
+		b.StopTimer()
+		if err := os.WriteFile(filepath.Join(base, "big"), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		fork := fmt.Sprintf("f%d", n)
+		if err := s.Fork(Main, fork); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		fd, res, err := s.OpenFile(main, "big", unix.O_WRONLY|unix.O_TRUNC, 0, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		unix.Close(fd)
+		s.CloseWrite(res.Writer)
+		b.StopTimer()
+		if err := s.Abort(fork); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
 // BenchmarkLookupDuringCommit: while a durable commit into main applies
 // 500 files of 256 KiB (each fsynced, and its directory), lookups and opens
 // of main's other files keep their latency: the commit is decided under

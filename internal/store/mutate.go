@@ -57,12 +57,14 @@ func (s *Store) covered(o *layer, rel string, subtree bool) bool {
 // does not already decide it, before main changes rel. With subtree, a
 // directory is preserved with everything under it (main is about to move it).
 func (s *Store) preserve(rel string, subtree bool) error {
-	return s.preserveWith(rel, subtree, nil)
+	return s.preserveWith(rel, subtree, nil, false)
 }
 
 // preserveWith is preserve that uses pre, a copy of main's file made
 // outside the lock by prepareCopyUp, if it is still a copy of what main has.
-func (s *Store) preserveWith(rel string, subtree bool, pre *prepared) error {
+// trunc: main is about to truncate its file (an open with O_TRUNC), so the
+// copy main keeps when the inode moves into a snapshot holds no data.
+func (s *Store) preserveWith(rel string, subtree bool, pre *prepared, trunc bool) error {
 	snaps := s.liveSnaps()
 	if len(snaps) == 0 {
 		return nil
@@ -122,6 +124,12 @@ func (s *Store) preserveWith(rel string, subtree bool, pre *prepared) error {
 			} else {
 				// Move the inode into the snapshot, so that the forks' open
 				// descriptors keep their bytes, and give main a fresh copy.
+				if made == "" && trunc && st.Nlink == 1 {
+					var err error
+					if made, err = s.emptyAside(real, &st); err != nil {
+						return err
+					}
+				}
 				if err := s.moveOut(real, dst, &st, made); err != nil {
 					return err
 				}
@@ -288,7 +296,7 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 		return "", err
 	}
 	if b.Name == Main {
-		if err := s.preserveWith(rel, false, pre); err != nil {
+		if err := s.preserveWith(rel, false, pre, trunc); err != nil {
 			return "", err
 		}
 		if rel == "" {
