@@ -4,13 +4,14 @@
 # SDK), git, fuse-overlayfs (a benchmark peer), chromium (the web view's
 # browser test drives it headless), util-linux (unshare, setsid: the
 # process sandbox's tests and benchmark peer), bubblewrap (the sandbox's
-# benchmark peer), and the Go modules. Idempotent; quiet unless something
+# benchmark peer), mmdebstrap (builds root filesystem images), passt (pasta:
+# sandboxes' outbound network), and the Go modules. Idempotent; quiet unless something
 # fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
 need=()
-for p in fuse3 attr python3 python3-mypy git fuse-overlayfs chromium util-linux bubblewrap; do
+for p in fuse3 attr python3 python3-mypy git fuse-overlayfs chromium util-linux bubblewrap mmdebstrap passt; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

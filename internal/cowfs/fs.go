@@ -81,6 +81,10 @@ type FS struct {
 	// does nothing but close (no flush method: ext4, xfs, btrfs, tmpfs),
 	// so a FLUSH of a passthrough descriptor has nothing to do.
 	localFS bool
+	// nameMax is the longest name the base and the layers hold (statfs's
+	// f_namelen): a longer one is ENAMETOOLONG at its lookup, as on
+	// those filesystems, wherever the branch would look for it.
+	nameMax int
 	control bool
 	log     *slog.Logger
 	server  *fuse.Server
@@ -108,7 +112,8 @@ type FS struct {
 	rootNeg     map[string]struct{}
 	rootNegFull bool
 
-	nt notifier // the store's events, turned into kernel invalidations
+	nt    notifier // the store's events, turned into kernel invalidations
+	kills kills    // requests whose caller lacks CAP_FSETID (killpriv.go)
 
 	served struct{ reads, writes atomic.Int64 } // data requests the daemon served itself
 
@@ -171,7 +176,8 @@ func Mount(cfg Config) (*FS, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	f := &FS{st: cfg.Store, cfg: cfg, passthrough: pt, control: !cfg.NoControl, log: log, current: cfg.Branch,
-		localFS: noFlushFS(cfg.Store.Base()) && noFlushFS(cfg.Store.Dir())}
+		localFS: noFlushFS(cfg.Store.Base()) && noFlushFS(cfg.Store.Dir()),
+		nameMax: min(nameMax(cfg.Store.Base()), nameMax(cfg.Store.Dir()))}
 	f.root = &node{fs: f}
 	// Set before fs.Mount: the kernel's first requests can come while it returns.
 	f.root.root = &f.root.Inode
@@ -204,11 +210,10 @@ func Mount(cfg Config) (*FS, error) {
 	if !pt {
 		opts.MountOptions.DisabledCapabilities = fuse.CAP_PASSTHROUGH
 	}
-	// The daemon clears setuid and setgid itself (killPriv): the kernel then
-	// sets SB_NOSEC and stops asking for security.capability before every
-	// write (a GETXATTR round trip per write(2) otherwise: 4 KiB writes took
-	// 23-27 µs each instead of 3). Passthrough writes reach no request, so
-	// an unprivileged open for writing clears them (see node.Open).
+	// The daemon clears setuid and setgid itself (killpriv.go): the kernel
+	// then sets SB_NOSEC and stops asking for security.capability before
+	// every write (a GETXATTR round trip per write(2) otherwise: 4 KiB
+	// writes took 23-27 µs each instead of 3).
 	opts.MountOptions.ExtraCapabilities = fuse.CAP_HANDLE_KILLPRIV_V2
 	// A descriptor served with FOPEN_DIRECT_IO (a writer near a store's
 	// limit: newHandle) can still be mapped shared.
@@ -247,7 +252,7 @@ func Mount(cfg Config) (*FS, error) {
 		opts.MountOptions.DirectMount = false
 		opts.MountOptions.DirectMountStrict = false
 	}
-	raw := &releaseFS{RawFileSystem: newDirFS(fs.NewNodeFS(f.root, opts)), n: &f.releasing}
+	raw := &releaseFS{RawFileSystem: newDirFS(&killFS{RawFileSystem: fs.NewNodeFS(f.root, opts), kills: &f.kills}), n: &f.releasing}
 	srv, err := fuse.NewServer(raw, target, &opts.MountOptions)
 	if err != nil {
 		if atDir {
@@ -317,6 +322,16 @@ func noFlushFS(dir string) bool {
 		return true
 	}
 	return false
+}
+
+// nameMax is the longest name dir's filesystem takes (NAME_MAX if it
+// does not say).
+func nameMax(dir string) int {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil || st.Namelen <= 0 {
+		return 255
+	}
+	return int(st.Namelen)
 }
 
 // openFlags are the FUSE open flags of h. The kernel sends a FLUSH at
@@ -811,12 +826,9 @@ func (f *FS) mergedLinks(b *store.Branch, rel string, res store.Res, a *fuse.Att
 
 // attrOf fills the attributes of rel in b.
 func (f *FS) attrOf(b *store.Branch, rel string, out *fuse.AttrOut) syscall.Errno {
-	res, err := f.st.Resolve(b, rel)
-	if err != nil {
-		return errno(err)
-	}
 	var st unix.Stat_t
-	if err := f.st.Lstat(res.Real, &st); err != nil {
+	res, err := f.st.ResolveStat(b, rel, &st)
+	if err != nil {
 		return errno(err)
 	}
 	out.Attr.FromStat(sysStat(&st))

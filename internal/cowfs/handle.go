@@ -63,8 +63,8 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		return h.meteredWrite(ctx, data, off)
 	}
 	n, err := unix.Pwrite(h.fd, data, off)
-	if err == nil && unprivileged(ctx) {
-		killPriv(h.fd) // the kernel left it to us (FUSE_HANDLE_KILLPRIV_V2)
+	if err == nil && h.n.fs.killAsked(ctx) {
+		killPriv(ctx, h.fd) // the kernel left it to us (killpriv.go)
 	}
 	return uint32(n), fs.ToErrno(err)
 }
@@ -83,8 +83,8 @@ func (h *handle) meteredWrite(ctx context.Context, data []byte, off int64) (uint
 		return 0, fs.ToErrno(err)
 	}
 	w, err := unix.Pwrite(h.fd, data, off)
-	if err == nil && unprivileged(ctx) {
-		killPriv(h.fd)
+	if err == nil && h.n.fs.killAsked(ctx) {
+		killPriv(ctx, h.fd)
 	}
 	h.settle(res)
 	return uint32(max(w, 0)), fs.ToErrno(err)
@@ -109,39 +109,6 @@ func (h *handle) path() string {
 		return h.n.fs.st.WriterPath(h.w)
 	}
 	return h.real
-}
-
-// unprivileged reports whether the caller is not root: the kernel flags its
-// writes and truncations to clear setuid and setgid (it has no CAP_FSETID).
-func unprivileged(ctx context.Context) bool {
-	c, ok := fuse.FromContext(ctx)
-	return ok && c.Uid != 0
-}
-
-// killPriv clears S_ISUID, and S_ISGID of a group-executable file, on fd, as
-// a write or truncation by a caller without CAP_FSETID does.
-func killPriv(fd int) {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil {
-		return
-	}
-	if m, kill := privKilled(&st); kill {
-		unix.Fchmod(fd, m)
-	}
-}
-
-// privKilled is the permission bits of st without what a write or a
-// truncation by a caller without CAP_FSETID clears, and whether that is
-// anything (regular files only).
-func privKilled(st *unix.Stat_t) (uint32, bool) {
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return 0, false
-	}
-	kill := uint32(unix.S_ISUID)
-	if st.Mode&unix.S_IXGRP != 0 {
-		kill |= unix.S_ISGID
-	}
-	return st.Mode & 07777 &^ kill, st.Mode&kill != 0
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
@@ -211,8 +178,8 @@ func (h *handle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.Attr
 			return fs.ToErrno(err)
 		}
 	}
-	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
-		killPriv(h.fd)
+	if killOnSetattr(ctx, in) {
+		killPriv(ctx, h.fd)
 	}
 	if errno := setattrFd(h.fd, in); errno != 0 {
 		return errno

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
+	"github.com/arbor-dev/arbor/internal/image"
 	"github.com/arbor-dev/arbor/internal/jailbackend"
 	"github.com/arbor-dev/arbor/internal/lineapi"
 	"github.com/arbor-dev/arbor/internal/mcpserver"
@@ -234,10 +236,15 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 				"path", filepath.Join(home, old))
 		}
 	}
-	r = &router{}
+	// Root filesystem images, for jail trees that name one.
+	imgs, err := image.New(image.Config{Dir: filepath.Join(home, "images")})
+	if err != nil {
+		return nil, nil, err
+	}
+	r = &router{images: imgs}
 	eng, err := engine.New(engine.Config{
 		Home:     home, // trees.db and trees/<id>/
-		Backends: backends(log),
+		Backends: backends(log, imgs),
 		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
 			return ws.OpenTreeFiles(ctx, dir, base)
 		},
@@ -279,7 +286,7 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 // when this process can run sandboxes (root, cgroups, and a binary that
 // calls jail.Main first); otherwise tree_create --backend jail gets the
 // engine's "unknown; this daemon serves dir".
-func backends(log *slog.Logger) map[string]engine.OpenBackend {
+func backends(log *slog.Logger, imgs *image.Store) map[string]engine.OpenBackend {
 	out := map[string]engine.OpenBackend{engine.BackendDir: engine.OpenDirBackend}
 	if err := jailbackend.Available(); err != nil {
 		if log != nil {
@@ -287,7 +294,10 @@ func backends(log *slog.Logger) map[string]engine.OpenBackend {
 		}
 		return out
 	}
-	out[jailbackend.Name] = jailbackend.Open(jailbackend.Config{})
+	out[jailbackend.Name] = jailbackend.Open(jailbackend.Config{Image: func(name string) (string, error) {
+		im, err := imgs.Get(name)
+		return im.Root, err
+	}})
 	return out
 }
 
@@ -296,6 +306,7 @@ type router struct {
 	eng      *engine.Engine
 	uid      uint32 // the daemon's effective uid
 	shutdown func() // ends Run; nil refuses shutdown
+	images   *image.Store
 }
 
 func (r *router) Do(ctx context.Context, req api.Request) (api.Response, error) {
@@ -315,6 +326,10 @@ func (r *router) Do(ctx context.Context, req api.Request) (api.Response, error) 
 		}
 		r.shutdown()
 		return api.Response{Status: "shutting_down"}, nil
+	case api.OpImageList, api.OpImageRm:
+		return r.image(ctx, req)
+	case api.OpImageBuild:
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: its reply is a stream: served over the socket's stream (client.BuildImage)", req.Op)
 	}
 	return r.eng.Do(ctx, req)
 }
@@ -325,6 +340,35 @@ func (r *router) Watch(ctx context.Context, treeID string) (api.Response, <-chan
 
 func (r *router) Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error) {
 	return r.eng.Exec(ctx, req, out)
+}
+
+// ExecInput, OpenFile, WriteFile and Logs serve the streamed verbs (the
+// faces' InputExecer, Filer and Logger).
+func (r *router) ExecInput(ctx context.Context, req api.Request, stdin io.Reader, resize <-chan api.Input, out func(api.ExecOutput) error) (api.ExecExit, error) {
+	return r.eng.ExecInput(ctx, req, stdin, resize, out)
+}
+
+func (r *router) OpenFile(ctx context.Context, req api.Request) (io.ReadCloser, api.FileInfo, error) {
+	return r.eng.OpenFile(ctx, req)
+}
+
+func (r *router) WriteFile(ctx context.Context, req api.Request, rd io.Reader) (api.FileInfo, error) {
+	return r.eng.WriteFile(ctx, req, rd)
+}
+
+// ReadFile copies a node's file to w (the MCP server's read_file).
+func (r *router) ReadFile(ctx context.Context, treeID, nodeID, path string, w io.Writer) (api.FileInfo, error) {
+	rc, fi, err := r.eng.OpenFile(ctx, api.Request{TreeID: treeID, NodeID: nodeID, Path: path})
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	defer rc.Close()
+	_, err = io.Copy(w, rc)
+	return fi, err
+}
+
+func (r *router) Logs(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (*api.ExecExit, error) {
+	return r.eng.Logs(ctx, req, out)
 }
 
 // gauges turns the engine's per-tree figures into the metrics' gauges.

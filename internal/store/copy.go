@@ -44,6 +44,49 @@ func (s *Store) copyMeta(src, dst string, st *unix.Stat_t) error {
 	return unix.UtimesNanoAt(unix.AT_FDCWD, dp, []unix.Timespec{st.Atim, st.Mtim}, 0)
 }
 
+// copyMetaExact is copyMeta that also removes the extended attributes dst
+// has and src has not (the store's own aside): dst ends with src's
+// metadata exactly. It is idempotent (a commit's journal replays it).
+func (s *Store) copyMetaExact(src, dst string, st *unix.Stat_t) error {
+	names := func(real string) (map[string]bool, error) {
+		out := map[string]bool{}
+		sz, err := s.Listxattr(real, nil)
+		if errors.Is(err, unix.ENOTSUP) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		buf := make([]byte, sz+256)
+		n, err := s.Listxattr(real, buf)
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range strings.Split(string(buf[:n]), "\x00") {
+			if name != "" && !strings.HasPrefix(name, "user.arbor.") {
+				out[name] = true
+			}
+		}
+		return out, nil
+	}
+	have, err := names(dst)
+	if err != nil {
+		return err
+	}
+	want, err := names(src)
+	if err != nil {
+		return err
+	}
+	for name := range have {
+		if !want[name] {
+			if err := s.Removexattr(dst, name); err != nil && !errors.Is(err, unix.ENODATA) {
+				return err
+			}
+		}
+	}
+	return s.copyMeta(src, dst, st)
+}
+
 // procPath is the path of descriptor fd: /proc/self/fd/N reaches its inode
 // itself, a symlink's included, whatever its name names by then.
 func procPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
@@ -74,7 +117,7 @@ func copyXattrs(sp, dp, src, dst string) error {
 		break
 	}
 	for _, name := range strings.Split(string(names), "\x00") {
-		if name == "" || name == inoXattr {
+		if name == "" || name == inoXattr || name == metaXattr {
 			continue
 		}
 		val, err := getXattr(sp, name)

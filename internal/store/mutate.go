@@ -57,15 +57,19 @@ func (s *Store) covered(o *layer, rel string, subtree bool) bool {
 // does not already decide it, before main changes rel. With subtree, a
 // directory is preserved with everything under it (main is about to move it).
 func (s *Store) preserve(rel string, subtree bool) error {
-	return s.preserveWith(rel, subtree, nil, false)
+	return s.preserveInto(s.liveSnaps(), rel, subtree)
 }
 
-// preserveWith is preserve that uses pre, a copy of main's file made
+// preserveInto is preserve into the snapshots snaps.
+func (s *Store) preserveInto(snaps []*layer, rel string, subtree bool) error {
+	return s.preserveWith(snaps, rel, subtree, nil, false)
+}
+
+// preserveWith is preserveInto that uses pre, a copy of main's file made
 // outside the lock by prepareCopyUp, if it is still a copy of what main has.
 // trunc: main is about to truncate its file (an open with O_TRUNC), so the
 // copy main keeps when the inode moves into a snapshot holds no data.
-func (s *Store) preserveWith(rel string, subtree bool, pre *prepared, trunc bool) error {
-	snaps := s.liveSnaps()
+func (s *Store) preserveWith(snaps []*layer, rel string, subtree bool, pre *prepared, trunc bool) error {
 	if len(snaps) == 0 {
 		return nil
 	}
@@ -107,7 +111,7 @@ func (s *Store) preserveWith(rel string, subtree bool, pre *prepared, trunc bool
 			s.put(o, rel, kFile, false, st.Ino)
 		default:
 			made := ""
-			if pre != nil && !pre.used && pre.src == real && pre.sig == sigOfStat(&st) {
+			if pre != nil && !pre.used && !pre.dataOnly && pre.src == real && pre.sig == sigOfStat(&st) {
 				made, pre.used = pre.tmp, true
 			}
 			if len(s.writers[real]) > 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
@@ -240,7 +244,9 @@ func (s *Store) ensureParentIn(l *layer, rel string) error {
 
 // whiteout records in layer l that rel is deleted.
 func (s *Store) whiteout(l *layer, rel string) error {
-	if err := s.touch(l.real(whiteoutPath(rel))); err != nil {
+	if err := s.inParent(l.real(rel), func(dir int, name string) error {
+		return unix.Mknodat(dir, name, unix.S_IFCHR, 0)
+	}); err != nil {
 		return err
 	}
 	s.put(l, rel, kWhiteout, false, 0)
@@ -296,7 +302,7 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 		return "", err
 	}
 	if b.Name == Main {
-		if err := s.preserveWith(rel, false, pre, trunc); err != nil {
+		if err := s.preserveWith(s.liveSnaps(), rel, false, pre, trunc); err != nil {
 			return "", err
 		}
 		if rel == "" {
@@ -310,6 +316,9 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 		return "", err
 	}
 	if res.Depth == h.depth {
+		if res.Data != "" {
+			return res.Real, s.materialize(b, rel, res, trunc, pre)
+		}
 		return res.Real, nil
 	}
 	if err := s.ensureParent(b, rel); err != nil {
@@ -317,6 +326,9 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 	}
 	var st unix.Stat_t
 	if err := s.Lstat(res.Real, &st); err != nil {
+		return "", err
+	}
+	if err := s.dataStat(res, &st); err != nil {
 		return "", err
 	}
 	if (st.Mode&unix.S_IFMT == unix.S_IFDIR) != res.IsDir() {
@@ -361,10 +373,29 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 		return dst, nil
 	}
 	copy := s.copyNode
-	if empty {
+	switch {
+	case empty:
 		copy = s.copyEmpty
+	case res.Data != "":
+		// A lower metadata-only copy-up: its data from below (made aside
+		// outside the lock, if it was), its metadata from it.
+		copy = func(src, dst string, st *unix.Stat_t) error {
+			if pre.fits(res.Data, h) && s.sigOf(res.Data) == pre.sig {
+				if err := s.rename(pre.tmp, dst, unix.RENAME_NOREPLACE); err != nil {
+					return err
+				}
+				pre.used = true
+			} else if err := s.copyData(res.Data, dst); err != nil {
+				return err
+			}
+			if err := s.copyMeta(src, dst, st); err != nil {
+				s.unlinkPath(dst)
+				return err
+			}
+			return nil
+		}
 	}
-	if pre != nil && pre.src == res.Real && pre.head == h && pre.sig == sigOfStat(&st) && !empty {
+	if pre != nil && !pre.dataOnly && pre.src == res.Real && pre.head == h && pre.sig == sigOfStat(&st) && !empty {
 		// Made outside the lock: publish it (a rename in the store's
 		// filesystem). Its bytes were reserved while it was made.
 		copy = func(_, dst string, _ *unix.Stat_t) error {
@@ -387,6 +418,127 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 		}
 	}
 	s.put(h, rel, k, false, ino)
+	return dst, nil
+}
+
+// materialize gives the metadata-only copy-up of rel in b's head (res) its
+// data: at the first write of data (or, with trunc, none: the open
+// discards it). Its times are kept: an open is not a write.
+func (s *Store) materialize(b *Branch, rel string, res Res, trunc bool, pre *prepared) error {
+	h := b.head()
+	var st, dst unix.Stat_t
+	if err := s.Lstat(res.Real, &st); err != nil {
+		return err
+	}
+	e, _ := s.get(h, rel)
+	if !trunc && pre.fits(res.Data, h) && s.sigOf(res.Data) == pre.sig {
+		// The data was copied aside outside the lock: it takes the copy-up's
+		// metadata, and its place (its bytes reserved already).
+		if err := s.copyMeta(res.Real, pre.tmp, &st); err != nil {
+			return err
+		}
+		s.setIno(pre.tmp, e.ino)
+		if err := s.rename(pre.tmp, res.Real, 0); err != nil {
+			return err
+		}
+		pre.used = true
+		h.bytes += pre.sig.size
+		s.put(h, rel, kFile, false, e.ino)
+		return nil
+	}
+	if !trunc {
+		if err := s.Lstat(res.Data, &dst); err != nil {
+			return err
+		}
+		if b.Quota > 0 && s.usage(b)+dst.Size > b.Quota {
+			return syscall.ENOSPC
+		}
+		if err := s.fits(copyCost(&dst)); err != nil {
+			return err
+		}
+		in, err := s.openFile(res.Data, unix.O_RDONLY)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(in)
+		out, err := s.openFile(res.Real, unix.O_WRONLY)
+		if err != nil {
+			return err
+		}
+		err = copyExtents(in, out)
+		if cerr := unix.Close(out); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			s.Truncate(res.Real, 0) // still a metadata-only copy: no data
+			return err
+		}
+		h.bytes += dst.Size
+		if err := s.Utimes(res.Real, []unix.Timespec{st.Atim, st.Mtim}); err != nil {
+			return err
+		}
+	}
+	if err := s.Removexattr(res.Real, metaXattr); err != nil {
+		return err
+	}
+	s.put(h, rel, kFile, false, e.ino)
+	return nil
+}
+
+// fits reports whether p is the data of src copied aside for head h.
+func (p *prepared) fits(src string, h *layer) bool {
+	return p != nil && p.dataOnly && p.src == src && p.head == h
+}
+
+// CopyUpMeta makes rel's metadata changeable in b (chmod, chown, times,
+// xattrs) without copying its data, as overlayfs's metacopy: a regular
+// file with one name below b's head gets an empty file in the head that
+// holds its metadata and is marked metadata-only; reads take the data
+// from below; the first write of data copies it (materialize). Anything
+// else is copied up whole (CopyUp). It returns the real path to change.
+func (s *Store) CopyUpMeta(b *Branch, rel string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := writableBranch(b); err != nil {
+		return "", err
+	}
+	if b.Name == Main {
+		return s.copyUpWith(b, rel, false, nil)
+	}
+	h := b.head()
+	res, err := s.resolve(b, rel, len(b.chain))
+	if err != nil {
+		return "", err
+	}
+	if res.Depth == h.depth {
+		return res.Real, nil // in the head already, whole or metadata only
+	}
+	var st unix.Stat_t
+	if res.IsDir() || res.Nlink > 1 || s.Lstat(res.Real, &st) != nil ||
+		st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 {
+		return s.copyUpWith(b, rel, false, nil)
+	}
+	if err := s.ensureParent(b, rel); err != nil {
+		return "", err
+	}
+	if err := s.fits(0); err != nil {
+		return "", err
+	}
+	dst := h.real(rel)
+	if err := s.copyEmpty(res.Real, dst, &st); err != nil {
+		return "", err
+	}
+	ino := res.Ino
+	if ino == 0 {
+		ino = st.Ino
+	}
+	s.setIno(dst, ino)
+	if err := s.Setxattr(dst, metaXattr, []byte("1"), 0); err != nil {
+		s.unlinkPath(dst)
+		return "", err
+	}
+	s.put(h, rel, kFile, false, ino)
+	s.setMeta(h, rel)
 	return dst, nil
 }
 
@@ -521,11 +673,20 @@ func (s *Store) create(b *Branch, rel string, dir bool, mk func(dir int, name st
 		hadWhiteout = true
 	}
 	real := h.real(rel)
-	if err := s.inParent(real, mk); err != nil {
-		return err
-	}
 	if hadWhiteout {
-		s.unlinkPath(h.real(whiteoutPath(rel)))
+		// The whiteout holds the name: it goes first, and comes back if
+		// the new object cannot be made.
+		if err := s.removeWhiteout(h, rel); err != nil {
+			return err
+		}
+	}
+	if err := s.inParent(real, mk); err != nil {
+		if hadWhiteout {
+			if werr := s.whiteout(h, rel); werr != nil {
+				return fmt.Errorf("%w (and the deleted name shows again: %w)", err, werr)
+			}
+		}
+		return err
 	}
 	opaque := false
 	if dir && hadWhiteout {
@@ -724,7 +885,7 @@ func (s *Store) OpenRead(b *Branch, rel string, flags int, st *unix.Stat_t) (int
 		return -1, Res{}, err
 	}
 	lazy = lazy && res.Depth == 0
-	fd, err := s.openChecked(res.Real, flags, st, true)
+	fd, err := s.openChecked(res.DataReal(), flags, st, true)
 	if err != nil {
 		return -1, Res{}, err
 	}
@@ -757,6 +918,9 @@ type prepared struct {
 	head     *layer  // the head it was made for
 	reserved int64   // its bytes, reserved under the limit while it is aside
 	used     bool    // published
+	// dataOnly: the data of a metadata-only copy-up (src is its data file);
+	// the metadata comes from the copy-up's own file when it is published.
+	dataOnly bool
 }
 
 // copyAside is the allocation from which a copy-up copies outside the
@@ -772,7 +936,7 @@ var copyAside int64 = 1
 // name below b's head, big enough to be worth it): lookups, opens and the
 // other branches' changes go on meanwhile (STYLE.md rule 18). For main it
 // is the copy that main keeps when its file moves into a live snapshot
-// (preserve). Nil if not.
+// (preserveWith). Nil if not.
 func (s *Store) prepareCopyUp(b *Branch, rel string, trunc bool) *prepared {
 	if trunc {
 		return nil
@@ -788,10 +952,11 @@ func (s *Store) prepareCopyUp(b *Branch, rel string, trunc bool) *prepared {
 	h := b.head()
 	res, err := s.resolve(b, rel, len(b.chain))
 	s.mu.RUnlock()
-	if err != nil || res.Depth == h.depth || res.IsDir() || res.Nlink > 1 {
+	src := res.DataReal() // a metadata-only copy-up's data is copied; its metadata at publication
+	if err != nil || (res.Depth == h.depth && res.Data == "") || res.IsDir() || res.Nlink > 1 {
 		return nil
 	}
-	return s.prepareCopy(b, res.Real, h)
+	return s.prepareCopy(b, src, h, res.Data != "")
 }
 
 // prepareMain is prepareCopyUp for main: a copy of the base's file, if a
@@ -812,12 +977,12 @@ func (s *Store) prepareMain(b *Branch, rel string) *prepared {
 	if !need {
 		return nil
 	}
-	return s.prepareCopy(b, s.base+"/"+rel, nil)
+	return s.prepareCopy(b, s.base+"/"+rel, nil, false)
 }
 
 // prepareCopy copies the regular file src aside for b's head h (nil for
-// main) if it is big enough to be worth it.
-func (s *Store) prepareCopy(b *Branch, src string, h *layer) *prepared {
+// main) if it is big enough to be worth it; dataOnly: its data only.
+func (s *Store) prepareCopy(b *Branch, src string, h *layer, dataOnly bool) *prepared {
 	var st unix.Stat_t
 	if s.Lstat(src, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 || st.Blocks*512 < copyAside {
 		return nil
@@ -831,8 +996,12 @@ func (s *Store) prepareCopy(b *Branch, src string, h *layer) *prepared {
 		return nil
 	}
 	p := &prepared{tmp: filepath.Join(s.tmpDir(), fmt.Sprintf("up-%d-%d", os.Getpid(), tmpSeq.Add(1))),
-		src: src, sig: sigOfStat(&st), head: h, reserved: reserved}
-	if err := s.copyNode(src, p.tmp, &st); err != nil {
+		src: src, sig: sigOfStat(&st), head: h, reserved: reserved, dataOnly: dataOnly}
+	copy := s.copyNode
+	if p.dataOnly {
+		copy = func(src, dst string, _ *unix.Stat_t) error { return s.copyData(src, dst) }
+	}
+	if err := copy(src, p.tmp, &st); err != nil {
 		s.dropPrepared(p)
 		return nil
 	}

@@ -16,6 +16,11 @@ func (s *Store) Rename(b *Branch, old, new string, flags uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.dirsChanged()
+	return s.renameLocked(b, old, new, flags)
+}
+
+// renameLocked is Rename with s.mu held.
+func (s *Store) renameLocked(b *Branch, old, new string, flags uint32) error {
 	if err := writableBranch(b); err != nil {
 		return err
 	}
@@ -92,7 +97,7 @@ func (s *Store) Rename(b *Branch, old, new string, flags uint32) error {
 			}
 		}
 		if e, ok := s.get(h, new); ok && e.kind == kWhiteout {
-			if err := s.unlinkPath(h.real(whiteoutPath(new))); err != nil {
+			if err := s.removeWhiteout(h, new); err != nil {
 				return err
 			}
 			s.drop(h, new)
@@ -149,7 +154,7 @@ func (s *Store) copyUpTree(b *Branch, rel string, res Res) error {
 		for p := range h.paths {
 			if d, _ := splitRel(p); d == rel {
 				if we, ok := s.get(h, p); ok && we.kind == kWhiteout {
-					s.unlinkPath(h.real(whiteoutPath(p)))
+					s.removeWhiteout(h, p)
 					s.drop(h, p)
 				}
 			}

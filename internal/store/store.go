@@ -285,9 +285,7 @@ func (s *Store) load() error {
 		byID[b.ID] = b
 	}
 	for _, b := range s.branches {
-		if !b.stale {
-			s.hold(b)
-		}
+		s.hold(b)
 		// A parent of the same name made later (after its namesake was
 		// committed or aborted) is not this one's: IDs grow.
 		if p := s.branches[b.Parent]; p != nil && b.Parent != "" && p.ID < b.ID {
@@ -832,9 +830,7 @@ func (s *Store) dropLocked(drop []*Branch) error {
 	for _, d := range drop {
 		d.gone = true
 		delete(s.branches, d.Name)
-		if !d.stale {
-			freed = s.release(d, freed)
-		}
+		freed = s.release(d, freed)
 		s.Publish(Event{Branch: d.Name, All: true})
 	}
 	s.free(freed)
@@ -857,8 +853,8 @@ func (s *Store) Subtree(name string) []string {
 	return out
 }
 
-// Layers are reference counted: layer.refs is the number of live branches
-// (not stale, not gone) whose chain or snapshot holds it, kept by hold and
+// Layers are reference counted: layer.refs is the number of branches (not
+// gone; a stale one keeps its layers until it is aborted) whose chain or snapshot holds it, kept by hold and
 // release, so that a commit or an abort frees what it dropped in time of the
 // chains it touched, not of every branch's chain (reclaimLocked, at Open).
 
@@ -918,6 +914,7 @@ func (s *Store) reclaim() {
 	for _, e := range trash {
 		s.removeLater(filepath.Join(s.dir, "trash", e.Name()))
 	}
+	s.forgetConflicts()
 	// Copies a crash left aside in the middle of moveOut.
 	s.removeAll(s.tmpDir())
 	s.reclaimLocked()
@@ -940,9 +937,6 @@ func (s *Store) reclaimLocked() {
 	s.markGen++
 	used := s.markGen
 	for _, b := range s.branches {
-		if b.stale {
-			continue
-		}
 		for _, l := range b.chain {
 			l.mark = used
 		}

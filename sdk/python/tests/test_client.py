@@ -50,7 +50,7 @@ class Verbs:
         self.assertIn(self.tree.id, infos)
         info = infos[self.tree.id]
         self.assertEqual((info.base, info.backend, info.root), (self.base, "dir", self.tree.root.id))
-        self.assertEqual(info.budget, arbor.Budget(8, 8 << 30, 0))
+        self.assertEqual(info.budget, arbor.Budget(8, 8 << 30, 0, 8 << 30, 4096))
         again = self.c.tree(self.tree.id)
         self.assertEqual(again.root, self.tree.root)
         self.assertEqual(read(os.path.join(again.root.path, "a.txt")), "base\n")
