@@ -218,7 +218,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 // The verbs a view's control files ask for come in through the router as
 // the faces' do, timed and counted as face "ctl" in m and audited in aud
 // (nil: neither).
-func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Logger, m *metrics.Metrics, aud *audit.Log) (r *router, closeAll func(), err error) {
+//
+// images, if given, change the image store's config (tests name a
+// stand-in builder there).
+func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Logger, m *metrics.Metrics, aud *audit.Log, images ...func(*image.Config)) (r *router, closeAll func(), err error) {
 	rules, err := access.New(access.Config{Home: home})
 	if err != nil {
 		return nil, nil, err
@@ -237,7 +240,11 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 		}
 	}
 	// Root filesystem images, for jail trees that name one.
-	imgs, err := image.New(image.Config{Dir: filepath.Join(home, "images")})
+	icfg := image.Config{Dir: filepath.Join(home, "images")}
+	for _, f := range images {
+		f(&icfg)
+	}
+	imgs, err := image.New(icfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -328,8 +335,8 @@ func (r *router) Do(ctx context.Context, req api.Request) (api.Response, error) 
 		return api.Response{Status: "shutting_down"}, nil
 	case api.OpImageList, api.OpImageRm:
 		return r.image(ctx, req)
-	case api.OpImageBuild:
-		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: its reply is a stream: served over the socket's stream (client.BuildImage)", req.Op)
+	case api.OpImageBuild: // collected: the progress dropped (BuildImage streams it)
+		return r.BuildImage(ctx, req, func(string) error { return nil })
 	}
 	return r.eng.Do(ctx, req)
 }
