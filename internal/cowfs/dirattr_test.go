@@ -50,6 +50,11 @@ func TestCopyUpDirAttrsFresh(t *testing.T) {
 			}
 			return err
 		},
+		// A lower file's mode changed: a metadata-only copy of it made in
+		// the head's ws/mathy.
+		func(view string) error {
+			return os.Chmod(filepath.Join(view, "ws/mathy/__init__.py"), 0o600)
+		},
 	} {
 		for j, useTar := range []bool{false, true} {
 			name := string(rune('b' + 2*i + j))

@@ -37,8 +37,11 @@ func TestCopyUpKeepsDirTimes(t *testing.T) {
 	defer stop()
 	f.fork(Main, "x")
 	x := f.br("x")
-	f.write(x, "a/b/c/f", "in x")  // an existing file: copied up
-	f.write(x, "a/b/c/new", "new") // a new name in a/b/c: its mtime changes
+	f.write(x, "a/b/c/f", "in x")                       // an existing file: copied up
+	f.write(x, "a/b/c/new", "new")                      // a new name in a/b/c: its mtime changes
+	if _, err := f.s.CopyUpMeta(x, "a/g"); err != nil { // a chmod's metadata-only copy in a
+		t.Fatal(err)
+	}
 	for _, d := range []string{"", "a", "a/b"} {
 		var st unix.Stat_t
 		if _, err := f.s.ResolveStat(x, d, &st); err != nil {

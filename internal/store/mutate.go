@@ -534,6 +534,7 @@ func (s *Store) CopyUpMeta(b *Branch, rel string) (string, error) {
 		return "", err
 	}
 	dst := h.real(rel)
+	kept := s.dirTimes(h, rel)
 	if err := s.copyEmpty(res.Real, dst, &st); err != nil {
 		return "", err
 	}
@@ -548,6 +549,7 @@ func (s *Store) CopyUpMeta(b *Branch, rel string) (string, error) {
 	}
 	s.put(h, rel, kFile, false, ino)
 	s.setMeta(h, rel)
+	s.copiedInto(b, rel, kept)
 	return dst, nil
 }
 
