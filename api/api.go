@@ -110,6 +110,35 @@ type Request struct {
 	Env       []string `json:"env,omitempty"`
 	Cwd       string   `json:"cwd,omitempty"`
 	TimeoutNS int64    `json:"timeout_ns,omitempty"`
+	// Stdin is a tree_exec's whole standard input, when small; Input
+	// streams it instead (or a file_write's data) as api.Input lines that
+	// follow the request on the connection.
+	Stdin []byte `json:"stdin,omitempty"`
+	Input bool   `json:"input,omitempty"`
+	// TTY runs the command on a pty of Rows x Cols (tree_exec; output is
+	// one stream, "stdout"); Input lines may resize it.
+	TTY  bool   `json:"tty,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+	// Detach starts the command in the background (tree_exec): the reply
+	// names it (process_id) at once; it runs while the node is live, and
+	// exec_list, exec_logs and exec_kill reach it.
+	Detach    bool   `json:"detach,omitempty"`
+	ProcessID string `json:"process_id,omitempty"`
+	// Follow: exec_logs streams the process's output until it ends.
+	Follow bool `json:"follow,omitempty"`
+
+	// File verbs (file_read, file_write, ...): Path inside the node (a
+	// dir node's files are its root; a jail node's are /workspace, with
+	// /tmp its /tmp; a relative path is under the files), a file_write's
+	// Data (small ones: Input streams a large one) and Mode (0: 0644 for a
+	// file, 0755 for a directory), file_remove's Recursive, file_mkdir's
+	// Parents.
+	Path      string `json:"path,omitempty"`
+	Data      []byte `json:"data_b64,omitempty"`
+	Mode      uint32 `json:"mode,omitempty"`
+	Recursive bool   `json:"recursive,omitempty"`
+	Parents   bool   `json:"parents,omitempty"`
 
 	// tree_create: the image a jail tree's sandboxes run on (empty or
 	// "host": the host's root) and their network (NetworkNone, the
@@ -237,6 +266,16 @@ type Response struct {
 	Output *ExecOutput `json:"output,omitempty"`
 	// Exit ends a tree_exec's stream (Status StatusExecExit).
 	Exit *ExecExit `json:"exit,omitempty"`
+	// Data is file_read's data, one chunk per line (base64 in JSON).
+	Data []byte `json:"data_b64,omitempty"`
+	// File describes the file a file verb read, wrote or made.
+	File *FileInfo `json:"file,omitempty"`
+	// Entries are file_list's, sorted by name.
+	Entries []FileInfo `json:"entries,omitempty"`
+	// ProcessID names a background process (tree_exec with detach,
+	// exec_logs); ProcessList is exec_list's.
+	ProcessID   string    `json:"process_id,omitempty"`
+	ProcessList []Process `json:"process_list,omitempty"`
 	// Images lists images (image_list); Image is the one image_build
 	// built (Cached: it was built before from the same inputs).
 	Images []Image `json:"images,omitempty"`
@@ -283,6 +322,76 @@ type ExecExit struct {
 	// max_node_ram_bytes): the command itself, or one it waited for.
 	OOMKilled bool `json:"oom_killed,omitempty"`
 }
+
+// Input is one line a client sends after a request with Input set: a
+// chunk of the data (a file_write's content, a tree_exec's stdin), EOF
+// after the last one, or a new window size for a tty exec.
+type Input struct {
+	Data []byte `json:"data,omitempty"` // base64 in JSON
+	EOF  bool   `json:"eof,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+}
+
+// MaxInputChunk is the most data one Input line (or one file_read line)
+// carries: its base64 stays well under the daemon's 1 MiB line limit.
+const MaxInputChunk = 512 << 10
+
+// Statuses of a file_read's streamed reply: StatusFileData lines, each a
+// chunk of the file, then one "file_read" line with the last chunk and
+// the file's description.
+const StatusFileData = "file_data"
+
+// FileInfo describes a file of a node.
+type FileInfo struct {
+	Name string `json:"name"` // its last path element
+	Path string `json:"path,omitempty"`
+	Type string `json:"type"` // file, dir, symlink, other
+	Size int64  `json:"size"`
+	// Mode is the permission bits (with setuid, setgid and sticky).
+	Mode    uint32 `json:"mode"`
+	IsDir   bool   `json:"is_dir,omitempty"`
+	MTimeNS int64  `json:"mtime_unix_ns"`
+	// Link is a symlink's target, as written.
+	Link string `json:"link,omitempty"`
+}
+
+// File types of FileInfo.Type.
+const (
+	FileRegular = "file"
+	FileDir     = "dir"
+	FileSymlink = "symlink"
+	FileOther   = "other"
+)
+
+// Process is a background process of a node (tree_exec with detach).
+type Process struct {
+	ID        string   `json:"process_id"`
+	Pid       int      `json:"pid"` // in the node's PID namespace
+	Argv      []string `json:"argv"`
+	StartedNS int64    `json:"started_unix_ns"`
+	// Exit is set once it ended (exec_list keeps the last few that did).
+	Exit *ExecExit `json:"exit,omitempty"`
+}
+
+// ExecResult is the collected form of an exec over HTTP: its output (the
+// last MaxExecCollect bytes of each stream, Truncated if more came) as
+// UTF-8 text, or as base64 in StdoutB64/StderrB64 when it is not text.
+type ExecResult struct {
+	Status     string `json:"status"` // StatusExecExit
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	StdoutB64  []byte `json:"stdout_b64,omitempty"`
+	StderrB64  []byte `json:"stderr_b64,omitempty"`
+	Truncated  bool   `json:"truncated,omitempty"`
+	ExitCode   int    `json:"exit_code"`
+	Signal     string `json:"signal,omitempty"`
+	DurationNS int64  `json:"duration_ns"`
+}
+
+// MaxExecCollect bounds each stream of an ExecResult: a ring of the last
+// bytes written.
+const MaxExecCollect = 4 << 20
 
 // Event is one change in a tree, streamed by tree_watch.
 type Event struct {

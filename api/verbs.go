@@ -2,6 +2,8 @@ package api
 
 import (
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -47,6 +49,21 @@ const (
 	OpWsList     = "ws_list"
 	OpWsDiff     = "ws_diff"
 	OpWsMounts   = "ws_mounts"
+
+	// The files of a node (paths resolved inside the node, never outside).
+	// file_read's reply is a stream (StatusFileData lines, then one
+	// "file_read" line); file_write's data may follow the request as
+	// api.Input lines (Request.Input).
+	OpFileRead   = "file_read"
+	OpFileWrite  = "file_write"
+	OpFileList   = "file_list"
+	OpFileStat   = "file_stat"
+	OpFileRemove = "file_remove"
+	OpFileMkdir  = "file_mkdir"
+	// The background processes of a node (tree_exec with detach).
+	OpExecList = "exec_list"
+	OpExecKill = "exec_kill"
+	OpExecLogs = "exec_logs" // a stream, like tree_exec's
 )
 
 // Reply statuses the faces and clients name.
@@ -89,6 +106,16 @@ type Verb struct {
 	// Body makes the HTTP request body of a request (nil: the verb takes
 	// none); Body(Request{}) is an empty one to decode into.
 	Body func(Request) Body
+	// Flag selects this verb among those that share its method and path
+	// (GET .../files/{path...}?stat=1 is file_stat); "" is the route's
+	// default verb.
+	Flag string
+	// Query lists the request fields carried in the URL's query
+	// (?mode=420&parents=1).
+	Query []string
+	// Raw: the HTTP body is the verb's data itself, streamed (file_write's
+	// request, file_read's reply), not JSON.
+	Raw bool
 }
 
 // Body is an HTTP request body: Fill copies what it holds into the request
@@ -153,6 +180,45 @@ func (b *RollbackBody) Fill(r *Request) error {
 	return nil
 }
 
+// ExecBody is the body of POST .../nodes/{node}/exec (tree_exec).
+type ExecBody struct {
+	Argv      []string `json:"argv"`
+	Env       []string `json:"env,omitempty"`
+	Cwd       string   `json:"cwd,omitempty"`
+	TimeoutNS int64    `json:"timeout_ns,omitempty"`
+	Stdin     []byte   `json:"stdin,omitempty"`
+	Detach    bool     `json:"detach,omitempty"`
+}
+
+// Fill implements Body.
+func (b *ExecBody) Fill(r *Request) error {
+	r.Argv, r.Env, r.Cwd, r.TimeoutNS, r.Stdin, r.Detach = b.Argv, b.Env, b.Cwd, b.TimeoutNS, b.Stdin, b.Detach
+	return nil
+}
+
+// MkdirBody is the body of POST .../files/{path...}?mkdir=1 (file_mkdir).
+type MkdirBody struct {
+	Mode    uint32 `json:"mode,omitempty"`
+	Parents bool   `json:"parents,omitempty"`
+}
+
+// Fill implements Body.
+func (b *MkdirBody) Fill(r *Request) error {
+	r.Mode, r.Parents = b.Mode, b.Parents
+	return nil
+}
+
+// ProcessBody is the body of POST .../nodes/{node}/exec/kill.
+type ProcessBody struct {
+	ProcessID string `json:"process_id"`
+}
+
+// Fill implements Body.
+func (b *ProcessBody) Fill(r *Request) error {
+	r.ProcessID = b.ProcessID
+	return nil
+}
+
 // EventsPath is the HTTP route (GET) of the event stream of every tree, or
 // of one named by ?tree= (tree_watch with no tree id).
 const EventsPath = "/v1/events"
@@ -160,6 +226,10 @@ const EventsPath = "/v1/events"
 const (
 	treePath = "/v1/trees/{tree}"
 	nodePath = treePath + "/nodes/{node}"
+	// filesPath is a node's file at {path...}: the rest of the URL path,
+	// each segment escaped (a leading "/" of the request's path dropped:
+	// paths in a node are the same with or without it).
+	filesPath = nodePath + "/files/{path...}"
 )
 
 var (
@@ -169,6 +239,8 @@ var (
 	rFork   = []string{"tree_id", "node_id", "path", "latency_ns", "pause_ns", "forks", "processes", "evicted"}
 	rNodes  = []string{"tree_id", "root", "nodes", "usage", "budget"}
 	rBranch = []string{"tree_id", "node_id", "branch", "path"}
+	fPath   = []string{"tree_id", "node_id", "path"}
+	rFile   = []string{"tree_id", "node_id", "file"}
 )
 
 var verbTable = []Verb{
@@ -211,8 +283,12 @@ var verbTable = []Verb{
 	{Op: OpTreeRebase, Reply: "tree_rebased", Request: []string{"tree_id", "node_id", "label"}, ReplyFields: []string{"tree_id", "node_id", "path", "conflicts"},
 		Method: "POST", Path: nodePath + "/rebase", Created: true, Body: func(r Request) Body { return &RollbackBody{Label: r.Label} }},
 	{Op: OpShutdown, Reply: "shutting_down"},
-	{Op: OpTreeExec, Reply: StatusExecExit, Stream: true, Request: []string{"tree_id", "node_id", "argv", "env", "cwd", "timeout_ns"},
-		ReplyFields: []string{"output", "exit"}},
+	{Op: OpTreeExec, Reply: StatusExecExit, Stream: true,
+		Request:     []string{"tree_id", "node_id", "argv", "env", "cwd", "timeout_ns", "stdin", "input", "tty", "rows", "cols", "detach"},
+		ReplyFields: []string{"tree_id", "node_id", "output", "exit", "process_id"}, Method: "POST", Path: nodePath + "/exec",
+		Body: func(r Request) Body {
+			return &ExecBody{Argv: r.Argv, Env: r.Env, Cwd: r.Cwd, TimeoutNS: r.TimeoutNS, Stdin: r.Stdin, Detach: r.Detach}
+		}},
 	{Op: OpImageBuild, Reply: "image_built", Stream: true, Request: []string{"image", "suite", "variant", "packages"},
 		ReplyFields: []string{"image", "cached", "progress"}},
 	{Op: OpImageList, Reply: "image_list", ReadOnly: true, ReplyFields: []string{"images"}},
@@ -226,6 +302,24 @@ var verbTable = []Verb{
 	{Op: OpWsAbort, Reply: StatusOK, Request: []string{"mountpoint", "branch"}, ReplyFields: rBranch},
 	{Op: OpWsSwitch, Reply: StatusOK, Request: []string{"mountpoint", "branch"}, ReplyFields: rBranch},
 	{Op: OpWsList, Reply: "ws_branches", ReadOnly: true, Request: []string{"mountpoint"}, ReplyFields: []string{"tree_id", "branch", "branches"}},
+	{Op: OpFileRead, Reply: OpFileRead, ReadOnly: true, Stream: true, Request: fPath, ReplyFields: []string{"tree_id", "node_id", "data_b64", "file"},
+		Method: "GET", Path: filesPath, Raw: true},
+	{Op: OpFileStat, Reply: OpFileStat, ReadOnly: true, Request: fPath, ReplyFields: rFile, Method: "GET", Path: filesPath, Flag: "stat"},
+	{Op: OpFileList, Reply: OpFileList, ReadOnly: true, Request: fPath, ReplyFields: []string{"tree_id", "node_id", "file", "entries"},
+		Method: "GET", Path: filesPath, Flag: "list"},
+	{Op: OpFileWrite, Reply: "file_written", Request: []string{"tree_id", "node_id", "path", "data_b64", "mode", "input"}, ReplyFields: rFile,
+		Method: "PUT", Path: filesPath, Query: []string{"mode"}, Raw: true},
+	{Op: OpFileRemove, Reply: StatusOK, Request: []string{"tree_id", "node_id", "path", "recursive"}, ReplyFields: []string{"tree_id", "node_id"},
+		Method: "DELETE", Path: filesPath, Query: []string{"recursive"}},
+	{Op: OpFileMkdir, Reply: "dir_made", Request: []string{"tree_id", "node_id", "path", "mode", "parents"}, ReplyFields: rFile,
+		Method: "POST", Path: filesPath, Flag: "mkdir", Created: true,
+		Body: func(r Request) Body { return &MkdirBody{Mode: r.Mode, Parents: r.Parents} }},
+	{Op: OpExecList, Reply: OpExecList, ReadOnly: true, Request: fNode, ReplyFields: []string{"tree_id", "node_id", "process_list"},
+		Method: "GET", Path: nodePath + "/exec"},
+	{Op: OpExecKill, Reply: StatusOK, Request: []string{"tree_id", "node_id", "process_id"}, ReplyFields: []string{"tree_id", "node_id", "process_id"},
+		Method: "POST", Path: nodePath + "/exec/kill", Body: func(r Request) Body { return &ProcessBody{ProcessID: r.ProcessID} }},
+	{Op: OpExecLogs, Reply: OpExecLogs, ReadOnly: true, Stream: true, Request: []string{"tree_id", "node_id", "process_id", "follow"},
+		ReplyFields: []string{"tree_id", "node_id", "process_id", "output", "exit"}, Method: "GET", Path: nodePath + "/exec/logs", Query: []string{"process_id", "follow"}},
 	{Op: OpWsDiff, Reply: "ws_diff", ReadOnly: true, Request: []string{"mountpoint", "branch"}, ReplyFields: []string{"tree_id", "node_id", "branch", "changes"}},
 }
 
@@ -278,7 +372,79 @@ func (v Verb) HTTPPath(req Request, esc func(string) string) (string, error) {
 		}
 		p = strings.ReplaceAll(p, "{node}", esc(node))
 	}
+	if strings.Contains(p, "{path...}") {
+		segs := strings.Split(strings.TrimLeft(req.Path, "/"), "/")
+		for i, s := range segs {
+			segs[i] = esc(s)
+		}
+		p = strings.ReplaceAll(p, "{path...}", strings.Join(segs, "/"))
+	}
+	q := url.Values{}
+	if v.Flag != "" {
+		q.Set(v.Flag, "1")
+	}
+	for _, f := range v.Query {
+		if s := queryValue(req, f); s != "" {
+			q.Set(f, s)
+		}
+	}
+	if len(q) > 0 {
+		p += "?" + q.Encode()
+	}
 	return p, nil
+}
+
+// queryValue is request field f as the URL's query carries it ("" when
+// it is the zero value).
+func queryValue(req Request, f string) string {
+	switch f {
+	case "mode":
+		if req.Mode != 0 {
+			return "0" + strconv.FormatUint(uint64(req.Mode), 8)
+		}
+	case "recursive", "parents", "follow":
+		if map[string]bool{"recursive": req.Recursive, "parents": req.Parents, "follow": req.Follow}[f] {
+			return "1"
+		}
+	case "process_id":
+		return req.ProcessID
+	}
+	return ""
+}
+
+// FromQuery sets the request fields the verb carries in the URL's query
+// (Verb.Query). A value that does not parse fails wrapping ErrBadRequest.
+func (v Verb) FromQuery(req *Request, q url.Values) error {
+	for _, f := range v.Query {
+		s := q.Get(f)
+		if s == "" {
+			continue
+		}
+		switch f {
+		case "mode":
+			m, err := strconv.ParseUint(s, 0, 32)
+			if err != nil || m > 0o7777 {
+				return Errorf(ErrBadRequest, "%s: mode %q is not a permission mode (0644, 0755, ...)", v.Op, s)
+			}
+			req.Mode = uint32(m)
+		case "recursive", "parents", "follow":
+			b, err := strconv.ParseBool(s)
+			if err != nil {
+				return Errorf(ErrBadRequest, "%s: %s=%q is not a boolean", v.Op, f, s)
+			}
+			switch f {
+			case "recursive":
+				req.Recursive = b
+			case "parents":
+				req.Parents = b
+			default:
+				req.Follow = b
+			}
+		case "process_id":
+			req.ProcessID = s
+		}
+	}
+	return nil
 }
 
 // FromPath sets the request's ids from an HTTP route's path values (value
@@ -294,6 +460,9 @@ func (v Verb) FromPath(req *Request, value func(string) string) {
 		} else {
 			req.NodeID = value("node")
 		}
+	}
+	if strings.Contains(v.Path, "{path...}") {
+		req.Path = value("path")
 	}
 }
 

@@ -19,9 +19,12 @@
 //
 // As root, opened files are served by FUSE passthrough: the kernel does the
 // data I/O on our file descriptor and the daemon sees no reads or writes.
-// The kernel keeps one backing file per FUSE inode, so an open that finds a
-// new real file (a copy-up) while descriptors on the old one are open
-// answers ESTALE, and the kernel looks the path up again into a new inode.
+// The kernel keeps one backing file per FUSE inode, and go-fuse keeps it
+// until the inode's last release has returned from cowfs, so an open that
+// finds a new real file (a copy-up) while the old one may still back the
+// inode (a descriptor open, or a release in go-fuse's hands) answers
+// ESTALE, and the kernel looks the path up again into a new inode
+// (node.bind).
 // A branch with a quota is served without passthrough, so that its writes can
 // be counted. Under a store limit (a tree's disk budget) a descriptor opened
 // for writing gets passthrough only while the store has room

@@ -116,6 +116,24 @@ type FS struct {
 	kills kills    // requests whose caller lacks CAP_FSETID (killpriv.go)
 
 	served struct{ reads, writes atomic.Int64 } // data requests the daemon served itself
+
+	// releasing counts the RELEASEs in go-fuse's hands: our
+	// handle.Release, then go-fuse's drop of the kernel inode's
+	// passthrough backing file (see node.bind).
+	releasing atomic.Int64
+}
+
+// releaseFS is go-fuse's bridge with its RELEASEs counted in
+// FS.releasing, from before handle.Release to after go-fuse is done.
+type releaseFS struct {
+	fuse.RawFileSystem
+	n *atomic.Int64
+}
+
+func (r *releaseFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	r.n.Add(1)
+	defer r.n.Add(-1)
+	r.RawFileSystem.Release(cancel, in)
 }
 
 // Served counts the READ and WRITE requests the daemon served itself (with
@@ -234,7 +252,8 @@ func Mount(cfg Config) (*FS, error) {
 		opts.MountOptions.DirectMount = false
 		opts.MountOptions.DirectMountStrict = false
 	}
-	srv, err := fuse.NewServer(newDirFS(&killFS{RawFileSystem: fs.NewNodeFS(f.root, opts), kills: &f.kills}), target, &opts.MountOptions)
+	raw := &releaseFS{RawFileSystem: newDirFS(&killFS{RawFileSystem: fs.NewNodeFS(f.root, opts), kills: &f.kills}), n: &f.releasing}
+	srv, err := fuse.NewServer(raw, target, &opts.MountOptions)
 	if err != nil {
 		if atDir {
 			unix.Unmount(cfg.Mountpoint, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
@@ -345,8 +364,8 @@ func (f *FS) openFlags(h *handle) uint32 {
 // but a shared mapping of a direct descriptor puts the inode in cached mode,
 // so while a direct descriptor is open every new one is direct too
 // (node.addHandle).
-func (f *FS) newHandle(fd int, n *node, b *store.Branch, real string, write bool) *handle {
-	h := &handle{fd: fd, n: n, br: b, real: real, write: write}
+func (f *FS) newHandle(fd int, n *node, b *store.Branch, res store.Res, write bool) *handle {
+	h := &handle{fd: fd, n: n, br: b, real: res.Real, w: res.Writer, write: write}
 	quota := f.st.QuotaOf(b) > 0
 	switch {
 	case !f.passthrough:
@@ -820,9 +839,7 @@ func (f *FS) attrOf(b *store.Branch, rel string, out *fuse.AttrOut) syscall.Errn
 }
 
 // abandon closes a descriptor that will not become a handle.
-func (f *FS) abandon(fd int, real string, write bool) {
+func (f *FS) abandon(fd int, w *store.Writer) {
 	unix.Close(fd)
-	if write {
-		f.st.CloseWrite(real)
-	}
+	f.st.CloseWrite(w)
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -339,6 +340,35 @@ func (r *router) Watch(ctx context.Context, treeID string) (api.Response, <-chan
 
 func (r *router) Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error) {
 	return r.eng.Exec(ctx, req, out)
+}
+
+// ExecInput, OpenFile, WriteFile and Logs serve the streamed verbs (the
+// faces' InputExecer, Filer and Logger).
+func (r *router) ExecInput(ctx context.Context, req api.Request, stdin io.Reader, resize <-chan api.Input, out func(api.ExecOutput) error) (api.ExecExit, error) {
+	return r.eng.ExecInput(ctx, req, stdin, resize, out)
+}
+
+func (r *router) OpenFile(ctx context.Context, req api.Request) (io.ReadCloser, api.FileInfo, error) {
+	return r.eng.OpenFile(ctx, req)
+}
+
+func (r *router) WriteFile(ctx context.Context, req api.Request, rd io.Reader) (api.FileInfo, error) {
+	return r.eng.WriteFile(ctx, req, rd)
+}
+
+// ReadFile copies a node's file to w (the MCP server's read_file).
+func (r *router) ReadFile(ctx context.Context, treeID, nodeID, path string, w io.Writer) (api.FileInfo, error) {
+	rc, fi, err := r.eng.OpenFile(ctx, api.Request{TreeID: treeID, NodeID: nodeID, Path: path})
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	defer rc.Close()
+	_, err = io.Copy(w, rc)
+	return fi, err
+}
+
+func (r *router) Logs(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (*api.ExecExit, error) {
+	return r.eng.Logs(ctx, req, out)
 }
 
 // gauges turns the engine's per-tree figures into the metrics' gauges.

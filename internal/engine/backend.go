@@ -173,10 +173,37 @@ type Command struct {
 	Cwd string
 	// Timeout ends the command with SIGKILL; 0 means none.
 	Timeout time.Duration
-	// Stdin is the command's standard input; nil means an empty one. The
-	// engine gives none yet (tree_exec has no input on the wire); a face
-	// that forwards input will.
+	// Stdin is the command's standard input; nil means an empty one
+	// (tree_exec's stdin, or the input lines a face forwards).
 	Stdin io.Reader
+	// TTY runs the command on a new pty of Rows x Cols (its output comes
+	// as "stdout"), resized to each size Resize sends. A backend without
+	// ptys fails it with api.ErrNotSupported.
+	TTY        bool
+	Rows, Cols uint16
+	Resize     <-chan WindowSize
+}
+
+// WindowSize is a pty's size.
+type WindowSize struct{ Rows, Cols uint16 }
+
+// Processes is a Backend that runs background processes in a node
+// (tree_exec with detach): they run while the node is live and end with
+// it (suspend, stop). Without it, detach is api.ErrNotSupported.
+type Processes interface {
+	// Spawn starts cmd in live node in the background and returns once
+	// it runs; cmd.Timeout, if set, kills it.
+	Spawn(ctx context.Context, node string, cmd Command) (api.Process, error)
+	// ProcessList lists node's background processes: those that run, and
+	// the last few that ended (with Exit).
+	ProcessList(ctx context.Context, node string) ([]api.Process, error)
+	// Kill kills background process id of node and every process it
+	// started. Killing one that ended succeeds.
+	Kill(ctx context.Context, node, id string) error
+	// Logs sends what process id wrote (the last of it the backend
+	// keeps, in order) to out, then with follow what it writes until it
+	// ends; it returns its exit once it ended, nil while it runs.
+	Logs(ctx context.Context, node, id string, follow bool, out func(api.ExecOutput) error) (*api.ExecExit, error)
 }
 
 // HeldNode is one node a backend holds.

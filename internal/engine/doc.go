@@ -122,6 +122,16 @@
 // ancestor)"), or api.ErrBusy when the engine closed. Close waits for the
 // execs to return before it closes the backends.
 //
+// The files verbs (file_read, file_write, ..., nodefiles.go) and the
+// background process verbs (exec_list, exec_kill, exec_logs, tree_exec with
+// detach) take the same lease (useNode): a read streamed from OpenFile
+// holds it until its reader is closed, and a verb that takes the node away
+// makes its next Read fail naming that verb; a write cut short leaves the
+// file as it was. They serve a live node, and reads a suspended one too
+// (its files are read-only). A node's files are the backend's
+// (FileServer.NodeFiles: a jail's /workspace and /tmp) or, for a backend
+// without it, its files directory at "/", resolved by internal/nodefs.
+//
 // A verb that panics halfway (a bug) fails with internal, and its tree may
 // then disagree with what is on disk: the tree is marked broken, refuses
 // every verb with busy, and is reloaded in the background (its files

@@ -343,7 +343,23 @@ var engineVerbs = map[string]func(e *Engine, ctx context.Context, req api.Reques
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_watch streams: the face calls Watch")
 	},
 	api.OpTreeExec: func(e *Engine, ctx context.Context, req api.Request) (api.Response, error) {
+		if req.Detach {
+			return e.spawn(ctx, req)
+		}
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_exec streams: the face calls Exec")
+	},
+	// The files and process verbs act on one node outside its tree's
+	// mutex, under a lease (nodefiles.go, lease.go).
+	api.OpFileRead:   (*Engine).fileVerb,
+	api.OpFileWrite:  (*Engine).fileVerb,
+	api.OpFileList:   (*Engine).fileVerb,
+	api.OpFileStat:   (*Engine).fileVerb,
+	api.OpFileRemove: (*Engine).fileVerb,
+	api.OpFileMkdir:  (*Engine).fileVerb,
+	api.OpExecList:   (*Engine).processVerb,
+	api.OpExecKill:   (*Engine).processVerb,
+	api.OpExecLogs: func(e *Engine, ctx context.Context, req api.Request) (api.Response, error) {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "exec_logs streams: the face calls Logs")
 	},
 	// The workspace verbs act on a view of a tree (views.go), which they
 	// find, and lock, by its mountpoint.

@@ -479,7 +479,19 @@ func (p *Process) Resize(rows, cols uint16) error {
 	if p.tty == nil {
 		return fmt.Errorf("jail: resize: %w: not a tty process", api.ErrBadRequest)
 	}
-	return unix.IoctlSetWinsize(int(p.tty.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	// Through the descriptor's own reference (Control), never Fd(): the
+	// pty is closed when the process ends, maybe while a resize comes.
+	rc, err := p.tty.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("jail: resize: %w", err)
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}); err != nil {
+		return fmt.Errorf("jail: resize: %w: %w", api.ErrState, err)
+	}
+	return ierr
 }
 
 // Exec runs a process to its end: Start, then Wait.

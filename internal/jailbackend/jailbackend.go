@@ -18,7 +18,6 @@ import (
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/jail"
-	"golang.org/x/sys/unix"
 )
 
 // Name is the backend's name at tree_create.
@@ -104,6 +103,8 @@ type backend struct {
 	// suspended one.
 	nodes  map[string]*jail.Sandbox
 	closed bool
+
+	bg bgProcs // background processes (faces.go)
 }
 
 func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Backend, err error) {
@@ -213,6 +214,7 @@ func (b *backend) drop(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.nodes, id)
+	b.dropProcs(id)
 }
 
 func (b *backend) checkOpen(verb string) error {
@@ -447,16 +449,9 @@ func (b *backend) stop(ctx context.Context, id string) error {
 
 func (b *backend) Exec(ctx context.Context, id string, cmd engine.Command, out func(api.ExecOutput) error) (api.ExecExit, error) {
 	start := time.Now()
-	sb, ok := b.get(id)
-	switch {
-	case !ok:
-		return api.ExecExit{}, api.Errorf(api.ErrNotFound, "jail backend: exec on %s: not held", id)
-	case sb == nil:
-		return api.ExecExit{}, api.Errorf(api.ErrState, "jail backend: exec on %s: suspended", id)
-	case len(cmd.Argv) == 0:
-		return api.ExecExit{}, api.Errorf(api.ErrBadRequest, "jail backend: exec on %s: no command", id)
-	case cmd.Cwd != "" && !filepath.IsLocal(cmd.Cwd):
-		return api.ExecExit{}, api.Errorf(api.ErrBadRequest, "jail backend: exec on %s: cwd %q is not a path inside the node", id, cmd.Cwd)
+	sb, err := b.live("exec on", id, cmd)
+	if err != nil {
+		return api.ExecExit{}, err
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -465,23 +460,19 @@ func (b *backend) Exec(ctx context.Context, id string, cmd engine.Command, out f
 	// which the count cannot tell apart) running out of memory.
 	ooms, oomErr := sb.OOMKills()
 	w := &streams{out: out, cancel: cancel}
-	p, err := sb.Start(jail.ExecSpec{
-		Argv:    cmd.Argv,
-		Env:     environ(cmd.Env),
-		Cwd:     filepath.Join("/workspace", cmd.Cwd),
-		Timeout: cmd.Timeout,
-		Stdin:   cmd.Stdin,
-		Stdout:  w.to("stdout"),
-		Stderr:  w.to("stderr"),
-	})
+	p, err := sb.Start(execSpec(cmd, w.to("stdout"), w.to("stderr")))
 	if err != nil {
 		return api.ExecExit{}, fmt.Errorf("jail backend: exec on %s: %w", id, err)
 	}
-	st, err := p.Wait(cctx)
-	x := api.ExecExit{ExitCode: st.Code, DurationNS: max(time.Since(start).Nanoseconds(), 1)}
-	if st.Signal != 0 {
-		x.ExitCode, x.Signal = -1, strings.TrimPrefix(unix.SignalName(st.Signal), "SIG")
+	if cmd.TTY && cmd.Resize != nil {
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() { resizer(p, cmd.Resize, done) })
+		defer wg.Wait()
+		defer close(done)
 	}
+	st, err := p.Wait(cctx)
+	x := exitOf(st, start)
 	if after, err := sb.OOMKills(); oomErr == nil && err == nil && after > ooms {
 		x.OOMKilled = true
 	}
@@ -602,6 +593,7 @@ func (b *backend) Close() error {
 	}
 	b.mu.Unlock()
 	err := b.m.Close()
+	b.bg.wg.Wait() // every background process ended with its sandbox
 	// The sandboxes are gone: nothing uses the /tmp layer's mount now.
 	if terr := b.tmp.close(); terr != nil {
 		err = errors.Join(err, terr)

@@ -99,13 +99,13 @@ func TestMetacopy(t *testing.T) {
 	if st := f.statOf(c, "big"); st.Mode&07777 != 0o640 || st.Size != int64(len(big)) {
 		t.Fatalf("big in c: mode %#o size %d", st.Mode&07777, st.Size)
 	}
-	fd, _, err := f.s.OpenFile(c, "big", unix.O_WRONLY|unix.O_APPEND, 0, false)
+	fd, res, err := f.s.OpenFile(c, "big", unix.O_WRONLY|unix.O_APPEND, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	unix.Write(fd, []byte("+"))
 	unix.Close(fd)
-	f.s.CloseWrite(c.head().real("big"))
+	f.s.CloseWrite(res.Writer)
 	if got := f.readData(c, "big"); !bytes.Equal(got, append(append([]byte{}, big...), '+')) {
 		t.Fatalf("big in c after a write: %d bytes", len(got))
 	}
@@ -122,13 +122,13 @@ func TestMetacopy(t *testing.T) {
 	// b's metadata-only copy comes up under b's metadata.
 	f.fork("b", "d")
 	d := f.br("d")
-	fd, _, err = f.s.OpenFile(d, "big", unix.O_WRONLY|unix.O_APPEND, 0, false)
+	fd, res, err = f.s.OpenFile(d, "big", unix.O_WRONLY|unix.O_APPEND, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	unix.Write(fd, []byte("+d"))
 	unix.Close(fd)
-	f.s.CloseWrite(d.head().real("big"))
+	f.s.CloseWrite(res.Writer)
 	if got := f.readData(d, "big"); !bytes.Equal(got, append(append([]byte{}, big...), "+d"...)) {
 		t.Fatalf("big in d after a write: %d bytes", len(got))
 	}
@@ -143,7 +143,7 @@ func TestMetacopy(t *testing.T) {
 	// into it, the metadata and the times kept.
 	metaChange(t, f, f.br("b"), "small", 0o604)
 	before := f.statOf(f.br("b"), "small")
-	fd, _, err = f.s.OpenFile(f.br("b"), "small", unix.O_WRONLY|unix.O_APPEND, 0, false)
+	fd, res, err = f.s.OpenFile(f.br("b"), "small", unix.O_WRONLY|unix.O_APPEND, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestMetacopy(t *testing.T) {
 	}
 	unix.Write(fd, []byte("more\n"))
 	unix.Close(fd)
-	f.s.CloseWrite(f.br("b").head().real("small"))
+	f.s.CloseWrite(res.Writer)
 	if got := string(f.readData(f.br("b"), "small")); got != "small\nmore\n" {
 		t.Fatalf("small after a write: %q", got)
 	}

@@ -66,6 +66,8 @@ func Run(t *testing.T, open engine.OpenBackend) {
 		{"SuspendKillsExec", true, testSuspendKills},
 		{"ExecState", true, testExecState},
 		{"ForkPausesSource", true, testForkPauses},
+		{"NodeFiles", false, testNodeFiles},
+		{"Processes", true, testProcesses},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := &env{t: t, ctx: t.Context(), dir: t.TempDir(), base: t.TempDir(), files: t.TempDir(), open: open}

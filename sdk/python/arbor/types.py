@@ -163,6 +163,24 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class ProcessInfo:
+    """A background process of a node, as exec_list reports it: ``exit`` once it ended
+    (its output is in :meth:`arbor.Process.logs`)."""
+
+    id: str
+    pid: int
+    argv: tuple[str, ...]
+    started_ns: int
+    exit: ExecResult | None
+
+    @classmethod
+    def of(cls, d: dict[str, Any]) -> ProcessInfo:
+        x = d.get("exit")
+        return cls(str(d.get("process_id", "")), int(d.get("pid", 0)), tuple(d.get("argv") or ()),
+                   int(d.get("started_unix_ns", 0)), ExecResult.of(x, b"", b"") if isinstance(x, dict) else None)
+
+
+@dataclass(frozen=True)
 class Output:
     """One chunk of a running process's output (``stream`` is stdout or stderr)."""
 
@@ -180,12 +198,16 @@ class FileInfo:
     is_dir: bool = False
     mtime_ns: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: file, dir, symlink or other.
+    type: str = ""
+    #: A symlink's target, as written.
+    link: str | None = None
 
     @classmethod
     def of(cls, d: dict[str, Any]) -> FileInfo:
         return cls(str(d.get("name") or d.get("path") or ""), int(d.get("size", 0)),
-                   int(d.get("mode", 0)), bool(d.get("is_dir") or d.get("dir")),
-                   int(d.get("mtime_unix_ns", 0)), d)
+                   int(d.get("mode", 0)), bool(d.get("is_dir") or d.get("dir") or d.get("type") == "dir"),
+                   int(d.get("mtime_unix_ns", 0)), d, str(d.get("type") or ""), _opt_str(d.get("link")))
 
 
 def wire_bytes(d: dict[str, Any], key: str) -> bytes:
