@@ -35,7 +35,12 @@
 // The kernel caches names, attributes and listings (30 s by default, and
 // directories open without an OPENDIR: rawdir.go); every change made through
 // one view is sent as an invalidation to every other view of the branch, in
-// every mount of the store (notify.go).
+// every mount of the store (notify.go). A copy-up changes the ctime of the
+// head directory it makes an entry in, which no request on that directory
+// told the kernel: every view, the writer's too, forgets its attributes
+// before the copying request answers (store.Event.Attr), or a cached stat
+// and an fstat after a listing would disagree (GNU tar: "file changed as
+// we read it").
 //
 // Exactly Linux inside a branch: new objects get the mode the kernel sent
 // (the caller's umask applied; the daemon's own umask undone); a name

@@ -60,6 +60,10 @@
 // with api.ErrState and EBUSY naming them, so no descendant's changes are
 // ever dropped or orphaned by its parent's commit.
 //
+// A copy-up is not a change: the directory it makes an entry in keeps its
+// atime and mtime (as in overlayfs); its ctime moves, and the mounts are
+// told (Event.Attr).
+//
 // Abort drops the branch and its subtree from the metadata at once; layers no
 // branch references are removed in the background and at Open.
 //

@@ -349,6 +349,7 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 		}
 	}
 	dst := h.real(rel)
+	kept := s.dirTimes(h, rel)
 	k, ino := kFile, res.Ino
 	if ino == 0 {
 		ino = st.Ino
@@ -360,6 +361,7 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 				return "", err
 			}
 			s.put(h, rel, kFile, false, ino)
+			s.copiedInto(b, rel, kept)
 			return dst, nil
 		}
 		if err := s.copyNode(res.Real, dst, &st); err != nil {
@@ -370,6 +372,7 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 		s.addLink(h, ino, rel, uint32(st.Nlink))
 		h.bytes += st.Size
 		s.put(h, rel, kFile, false, ino)
+		s.copiedInto(b, rel, kept)
 		return dst, nil
 	}
 	copy := s.copyNode
@@ -418,7 +421,34 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 		}
 	}
 	s.put(h, rel, k, false, ino)
+	s.copiedInto(b, rel, kept)
 	return dst, nil
+}
+
+// dirTimes is the lstat of the directory of rel in head h (nil if it
+// cannot be had), taken before a copy-up makes rel there.
+func (s *Store) dirTimes(h *layer, rel string) *unix.Stat_t {
+	dir, _ := splitRel(rel)
+	var st unix.Stat_t
+	if s.Lstat(h.real(dir), &st) != nil {
+		return nil
+	}
+	return &st
+}
+
+// copiedInto follows a copy-up of rel into b's head, which made an entry in
+// the head's copy of rel's directory: as in overlayfs, the directory keeps
+// its times (a copy-up changes nothing in it: a file written two levels
+// down leaves its mtime alone, as on Linux), from kept, its lstat before.
+// Its ctime changes all the same, unasked: the mounts are told
+// (Event.Attr), or a stat answered from the kernel's cache and one after a
+// listing would disagree (GNU tar: "file changed as we read it").
+func (s *Store) copiedInto(b *Branch, rel string, kept *unix.Stat_t) {
+	dir, _ := splitRel(rel)
+	if kept != nil {
+		s.Utimes(b.head().real(dir), []unix.Timespec{kept.Atim, kept.Mtim})
+	}
+	s.Publish(Event{Branch: b.Name, Path: dir, Attr: true})
 }
 
 // materialize gives the metadata-only copy-up of rel in b's head (res) its
@@ -438,12 +468,14 @@ func (s *Store) materialize(b *Branch, rel string, res Res, trunc bool, pre *pre
 			return err
 		}
 		s.setIno(pre.tmp, e.ino)
+		kept := s.dirTimes(h, rel)
 		if err := s.rename(pre.tmp, res.Real, 0); err != nil {
 			return err
 		}
 		pre.used = true
 		h.bytes += pre.sig.size
 		s.put(h, rel, kFile, false, e.ino)
+		s.copiedInto(b, rel, kept)
 		return nil
 	}
 	if !trunc {
@@ -525,6 +557,7 @@ func (s *Store) CopyUpMeta(b *Branch, rel string) (string, error) {
 		return "", err
 	}
 	dst := h.real(rel)
+	kept := s.dirTimes(h, rel)
 	if err := s.copyEmpty(res.Real, dst, &st); err != nil {
 		return "", err
 	}
@@ -539,6 +572,7 @@ func (s *Store) CopyUpMeta(b *Branch, rel string) (string, error) {
 	}
 	s.put(h, rel, kFile, false, ino)
 	s.setMeta(h, rel)
+	s.copiedInto(b, rel, kept)
 	return dst, nil
 }
 
