@@ -32,7 +32,11 @@
 // The kernel caches names, attributes and listings (30 s by default, and
 // directories open without an OPENDIR: rawdir.go); every change made through
 // one view is sent as an invalidation to every other view of the branch, in
-// every mount of the store (notify.go).
+// every mount of the store (notify.go). A listing's READDIR offsets are
+// hashes of the names, served in hash order (dircookie.go): a directory
+// stream continued in a listing rebuilt after removals or additions (rm -r,
+// find -delete, git) lists every other entry exactly once and never fails
+// for it, and telldir/seekdir work.
 //
 // Exactly Linux inside a branch: new objects get the mode the kernel sent
 // (the caller's umask applied; the daemon's own umask undone); a name
