@@ -1,6 +1,8 @@
 package cowfs
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/arbor-dev/arbor/internal/nodefs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // TestRemoveToolsInBranch: rm -r, find -delete, os.RemoveAll and the files
@@ -117,5 +120,64 @@ func TestCookieStream(t *testing.T) {
 	}
 	if strings.Join(got, ",") != strings.Join(order[60:], ",") {
 		t.Fatalf("continued from the 60th cookie: %d entries, want the 40 after it", len(got))
+	}
+}
+
+// TestStreamAcrossStale: a directory stream of a branch that goes stale
+// while it is read (a sibling commits first) lists every entry exactly once
+// and ends without an error: the stale branch's files still list.
+func TestStreamAcrossStale(t *testing.T) {
+	e := newBranchEnv(t, 1, true, 0)
+	top := filepath.Join(e.Dir(t), "top")
+	if err := os.Mkdir(top, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pad := strings.Repeat("s", 180)
+	const n = 200
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(top, fmt.Sprintf("f-%04d-%s", i, pad)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leaf := filepath.Join(e.mnt, "@"+e.leaf)
+	e.ctl(t, leaf, "create:x")
+	e.ctl(t, leaf, "create:y")
+	x := filepath.Join(leaf, "@x", filepath.Base(filepath.Dir(top)), "top")
+	fd, err := unix.Open(x, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 2048)
+	seen := map[string]int{}
+	for call := 0; ; call++ {
+		nb, err := unix.Getdents(fd, buf)
+		if err != nil {
+			t.Fatalf("getdents %d of the branch (stale after the first): %v", call, err)
+		}
+		if nb == 0 {
+			break
+		}
+		for b := buf[:nb]; len(b) > 0; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			name, _, _ := strings.Cut(string(b[19:reclen]), "\x00")
+			seen[name]++
+			b = b[reclen:]
+		}
+		if call == 0 {
+			os.WriteFile(filepath.Join(leaf, "@y", "y-was-here"), nil, 0o644)
+			e.ctl(t, filepath.Join(leaf, "@y"), "commit")
+			if err := os.WriteFile(filepath.Join(x, "late"), nil, 0o644); !errors.Is(err, unix.ESTALE) {
+				t.Fatalf("a write in x after y committed: %v, want ESTALE (x stale)", err)
+			}
+		}
+	}
+	if len(seen) != n+2 {
+		t.Fatalf("the stale branch's stream: %d names, want %d", len(seen), n+2)
+	}
+	for name, c := range seen {
+		if c != 1 {
+			t.Fatalf("the stale branch's stream: %q listed %d times", name[:10], c)
+		}
 	}
 }

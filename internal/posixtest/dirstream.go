@@ -221,6 +221,54 @@ func (s *suite) dirStreamCases() []Case {
 				}
 			}
 		}},
+		{Name: "dir_stream_copyup_lower",
+			Lower: func(t *testing.T, dir string) {
+				mkdir(t, join(dir, "top"), 0o755)
+				tr := newStreamTree()
+				for name, sub := range tr {
+					if sub != nil {
+						delete(tr, name)
+					}
+				}
+				tr.make(t, join(dir, "top"))
+			},
+			Run: func(t *testing.T, dir string) {
+				// Lower files changed while the stream is read (a chmod:
+				// a metadata copy-up; a write: a data copy-up) are each
+				// listed exactly once, as is every other entry.
+				d := join(dir, "top")
+				fd := open(t, d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+				defer closeIfOpen(&fd)
+				buf := make([]byte, streamBuf)
+				seen := map[string]bool{}
+				for call := 0; ; call++ {
+					ents := getdents(t, fd, buf, d)
+					if len(ents) == 0 {
+						break
+					}
+					for _, e := range ents {
+						if seen[e.name] {
+							t.Fatalf("getdents %s during copy-ups: %q listed twice", d, trunc(e.name))
+						}
+						seen[e.name] = true
+						if e.name == "." || e.name == ".." {
+							continue
+						}
+						p := join(d, e.name)
+						if call%2 == 0 {
+							ok(t, unix.Chmod(p, 0o600), "chmod %s", trunc(p))
+						} else {
+							writeFile(t, p, "upper", 0o644)
+						}
+					}
+					// And some not read yet.
+					ahead := join(d, fmt.Sprintf("f-%04d-%s", (call*37)%240, streamPad))
+					ok(t, unix.Chmod(ahead, 0o640), "chmod %s", trunc(ahead))
+				}
+				if len(seen) != 240+2 {
+					t.Fatalf("getdents %s during copy-ups: %d entries, want %d", d, len(seen), 240+2)
+				}
+			}},
 		{Name: "dir_stream_add", Run: func(t *testing.T, dir string) {
 			// Entries added while the stream is read may show or not;
 			// the others show exactly once.
