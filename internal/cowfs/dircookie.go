@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -59,18 +60,31 @@ type cookieStream struct {
 // listing; a stream of them may then list one twice or not at all if the
 // other is removed meanwhile.
 func newCookieStream(ents []fuse.DirEntry) *cookieStream {
+	keys := make([]cookieKey, len(ents))
 	for i := range ents {
-		ents[i].Off = cookieOf(ents[i].Name)
+		keys[i] = cookieKey{cookieOf(ents[i].Name), int32(i)}
 	}
-	slices.SortFunc(ents, func(a, b fuse.DirEntry) int {
-		return cmp.Or(cmp.Compare(a.Off, b.Off), cmp.Compare(a.Name, b.Name))
+	slices.SortFunc(keys, func(a, b cookieKey) int {
+		if a.off != b.off {
+			return cmp.Compare(a.off, b.off)
+		}
+		return strings.Compare(ents[a.i].Name, ents[b.i].Name)
 	})
-	for i := 1; i < len(ents); i++ {
-		if ents[i].Off <= ents[i-1].Off {
-			ents[i].Off = ents[i-1].Off + 1
+	out := make([]fuse.DirEntry, len(ents))
+	for j, k := range keys {
+		out[j] = ents[k.i]
+		out[j].Off = k.off
+		if j > 0 && out[j].Off <= out[j-1].Off {
+			out[j].Off = out[j-1].Off + 1
 		}
 	}
-	return &cookieStream{ents: ents}
+	return &cookieStream{ents: out}
+}
+
+// cookieKey is an entry's cookie and its index in the listing as read.
+type cookieKey struct {
+	off uint64
+	i   int32
 }
 
 func (s *cookieStream) HasNext() bool { return s.i < len(s.ents) }
