@@ -25,6 +25,8 @@ import (
 // and a listing is served in cookie order: continuing from a cookie in any
 // listing of the directory lists exactly the entries after that place,
 // whatever was removed or added before it. "." and ".." are 1 and 2.
+// Cookies use 63 bits: a 32-bit program's getdents and telldir see them cut
+// (ext4 gives such callers 32-bit hashes; a FUSE server cannot tell them).
 
 // dirSeed keys the name hash: fixed for the process (cookies must not
 // change while a mount lives), unknown outside it (names cannot be chosen
