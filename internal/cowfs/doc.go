@@ -41,6 +41,11 @@
 // before the copying request answers (store.Event.Attr), or a cached stat
 // and an fstat after a listing would disagree (GNU tar: "file changed as
 // we read it").
+// A listing's READDIR offsets are
+// hashes of the names, served in hash order (dircookie.go): a directory
+// stream continued in a listing rebuilt after removals or additions (rm -r,
+// find -delete, git) lists every other entry exactly once and never fails
+// for it, and telldir/seekdir work.
 //
 // Exactly Linux inside a branch: new objects get the mode the kernel sent
 // (the caller's umask applied; the daemon's own umask undone); a name

@@ -895,7 +895,7 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	}
 	// The control file is reachable by name only: listed, git status and
 	// git add -A in a mount would take it for a file of the project.
-	return fs.NewListDirStream(out), 0
+	return newCookieStream(out), 0
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {

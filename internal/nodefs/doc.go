@@ -45,9 +45,7 @@
 //
 // # Sharp edges
 //
-// A recursive remove reads a directory's names whole before it removes
-// them: a directory stream left open on the FUSE files layer while its
-// subdirectories are read failed those reads (EINVAL). A write's temporary
+// A write's temporary
 // name (.arbor-write-PID-N) is visible in the directory while the data
 // comes; a daemon killed meanwhile leaves it behind.
 package nodefs
