@@ -387,6 +387,23 @@ type MountOptions struct {
 	// ExtraCapabilities is a bitmask of capabilities which
 	// must be enabled in addition to the defaults.
 	ExtraCapabilities uint64
+
+	// IOUring asks for FUSE over io_uring (Linux 6.14+, with
+	// /sys/module/fuse/parameters/enable_uring set): after INIT,
+	// each of the kernel's per-CPU queues is served by one worker
+	// on its own locked OS thread, which takes requests as
+	// io_uring completions and answers each with
+	// COMMIT_AND_FETCH. When the rings cannot be set up, or the
+	// kernel does not offer it, the server reads and writes
+	// /dev/fuse as usual; Server.Transport says which is in use.
+	// FORGET, INTERRUPT and notifications always go through
+	// /dev/fuse. Requests on a ring are served inline by the
+	// queue's worker, one at a time per queue.
+	IOUring bool
+
+	// IOUringQueueDepth is the number of ring entries registered
+	// per queue. Default 4.
+	IOUringQueueDepth int
 }
 
 // RawFileSystem is an interface close to the FUSE wire protocol.

@@ -105,6 +105,9 @@ func doInit(server *protocolServer, req *request) {
 		CAP_READDIRPLUS | CAP_NO_OPEN_SUPPORT | CAP_PARALLEL_DIROPS | CAP_MAX_PAGES | CAP_RENAME_SWAP | CAP_PASSTHROUGH | CAP_ALLOW_IDMAP |
 		server.opts.ExtraCapabilities)
 
+	if server.offerIOUring {
+		kernelFlags |= input.Flags64() & CAP_OVER_IO_URING
+	}
 	if server.opts.EnableLocks {
 		kernelFlags |= input.Flags64() & (CAP_FLOCK_LOCKS | CAP_POSIX_LOCKS)
 	}

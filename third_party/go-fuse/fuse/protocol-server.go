@@ -31,6 +31,10 @@ type protocolServer struct {
 	// Capabilities sent in InitOut.
 	negotiatedFlags uint64
 
+	// offerIOUring is set when the io_uring queues are prepared,
+	// so INIT may accept CAP_OVER_IO_URING.
+	offerIOUring bool
+
 	opts *MountOptions
 
 	// Pools for []byte

@@ -69,6 +69,28 @@ type Server struct {
 
 	// for implementing single threaded processing.
 	requestProcessingMu sync.Mutex
+
+	// uring holds the io_uring queues when MountOptions.IOUring
+	// asked for them and they could be prepared; transport says
+	// which transport serves requests and why.
+	uring     *uringTransport
+	transport string
+}
+
+// Transport says how requests reach the server: "io_uring" or
+// "dev" (reads and writes of /dev/fuse), followed by the reason
+// when io_uring was asked for and is not in use.
+func (ms *Server) Transport() string {
+	return ms.transport
+}
+
+// URingRequests returns the number of requests answered through
+// the io_uring queues so far.
+func (ms *Server) URingRequests() uint64 {
+	if ms.uring == nil {
+		return 0
+	}
+	return ms.uring.served.Load()
 }
 
 // SetDebug is deprecated. Use MountOptions.Debug instead.
@@ -257,23 +279,35 @@ func NewServer(fs RawFileSystem, mountPoint string, opts *MountOptions) (*Server
 		}
 		mountPoint = filepath.Clean(filepath.Join(cwd, mountPoint))
 	}
+	ms.transport = "dev"
+	if o.IOUring {
+		var err error
+		if ms.uring, err = prepareURing(ms); err != nil {
+			ms.transport = "dev (io_uring: " + err.Error() + ")"
+		}
+		ms.offerIOUring = ms.uring != nil
+	}
 	fd, err := mount(mountPoint, &o, ms.ready)
 	if err != nil {
+		ms.uring.stop()
 		return nil, err
 	}
 
 	ms.mountPoint = mountPoint
 	ms.fuseFD, err = ms.newFuseFD(fd)
 	if err != nil {
+		ms.uring.stop()
 		return nil, err
 	}
 	ms.protocolServer.writev = ms.fuseFD.writev
 
 	if code := ms.handleInit(); !code.Ok() {
+		ms.uring.stop()
 		ms.fuseFD.close()
 		// TODO - unmount as well?
 		return nil, fmt.Errorf("init: %s", code)
 	}
+	ms.startURing()
 
 	// This prepares for Serve being called somewhere, either
 	// synchronously or asynchronously.
