@@ -27,7 +27,7 @@ const testToken = "daemon-test-token"
 func realTarget(t *testing.T) facetest.Target {
 	home, base := tempDir(t), tempDir(t)
 	writeFile(t, filepath.Join(base, "a.txt"), "base")
-	r, closeAll, err := compose(home, nil, &fusemount.Aborter{}, nil, nil, nil)
+	r, closeAll, err := compose(home, nil, "", &fusemount.Aborter{}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
