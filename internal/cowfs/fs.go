@@ -239,7 +239,11 @@ func Mount(cfg Config) (*FS, error) {
 		opts.MountOptions.DirectMount = false
 		opts.MountOptions.DirectMountStrict = false
 	}
-	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), target, &opts.MountOptions)
+	var raw fuse.RawFileSystem = newDirFS(fs.NewNodeFS(f.root, opts))
+	if wrapRawForTest != nil {
+		raw = wrapRawForTest(raw)
+	}
+	srv, err := fuse.NewServer(raw, target, &opts.MountOptions)
 	if err != nil {
 		if atDir {
 			unix.Unmount(cfg.Mountpoint, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // The transports of a mount's FUSE requests (Config.Transport).
@@ -23,6 +24,10 @@ const (
 // tests set it from ARBOR_FUSE_TRANSPORT (see TestMain) to run every
 // mount test on one transport.
 var defaultTransport = TransportAuto
+
+// wrapRawForTest, if set, wraps the filesystem a mount serves (the
+// benchmarks time the requests inside the server with it).
+var wrapRawForTest func(fuse.RawFileSystem) fuse.RawFileSystem
 
 // CheckTransport reports whether t names a transport ("" is the default).
 func CheckTransport(t string) error {

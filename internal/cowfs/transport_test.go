@@ -15,7 +15,7 @@ import (
 // needURing turns FUSE over io_uring on (as root), or skips where the
 // kernel has none (it is not a capability a host can be asked for: Linux
 // 6.14+ only).
-func needURing(t *testing.T) {
+func needURing(t testing.TB) {
 	t.Helper()
 	testenv.NeedFUSE(t)
 	on, _, err := fusemount.EnableURing()
