@@ -89,3 +89,36 @@ func TestTransportUnknown(t *testing.T) {
 		t.Fatalf("Mount with an unknown transport: %v", err)
 	}
 }
+
+// TestTransportFallback turns io_uring off for a moment (as root): auto
+// then mounts on /dev/fuse and says why, and uring refuses to mount.
+func TestTransportFallback(t *testing.T) {
+	needURing(t)
+	if err := os.WriteFile(fusemount.URingParam, []byte("N\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(fusemount.URingParam, []byte("Y\n"), 0); err != nil {
+			t.Error(err)
+		}
+	})
+	st := newStore(t, func(b string) { os.WriteFile(filepath.Join(b, "a"), []byte("base"), 0o644) })
+	f, err := Mount(Config{Store: st, Mountpoint: t.TempDir(), Transport: TransportAuto})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Unmount(true)
+	if got := f.Transport(); !strings.HasPrefix(got, "dev (io_uring: ") || !strings.Contains(got, "enable_uring") {
+		t.Errorf("auto with io_uring off: transport %q", got)
+	}
+	if d, err := os.ReadFile(filepath.Join(f.cfg.Mountpoint, "a")); err != nil || string(d) != "base" {
+		t.Fatalf("read a: %q, %v", d, err)
+	}
+	mnt := t.TempDir()
+	if _, err := Mount(Config{Store: st, Mountpoint: mnt, Transport: TransportURing}); !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("uring with io_uring off: %v, want unavailable", err)
+	}
+	if m, ok := fusemount.Find(mnt); ok && m.IsFUSE() {
+		t.Fatalf("the refused mount is still there: %+v", m)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"unsafe"
@@ -20,10 +21,13 @@ import (
 // (WRITE).
 type uringFS struct {
 	defaultRawFileSystem
+	mu   sync.Mutex
 	data []byte
 }
 
 func (f *uringFS) attr(node uint64, a *Attr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	*a = Attr{Ino: node, Mode: S_IFDIR | 0755, Nlink: 2}
 	if node == 2 {
 		*a = Attr{Ino: 2, Mode: S_IFREG | 0644, Nlink: 1, Size: uint64(len(f.data))}
@@ -50,13 +54,18 @@ func (f *uringFS) Open(cancel <-chan struct{}, in *OpenIn, out *OpenOut) Status 
 }
 
 func (f *uringFS) Read(cancel <-chan struct{}, in *ReadIn, buf []byte) (ReadResult, Status) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if int(in.Offset) >= len(f.data) {
 		return ReadResultData(nil), OK
 	}
-	return ReadResultData(f.data[in.Offset:min(int(in.Offset)+int(in.Size), len(f.data))]), OK
+	n := copy(buf, f.data[in.Offset:min(int(in.Offset)+int(in.Size), len(f.data))])
+	return ReadResultData(buf[:n]), OK
 }
 
 func (f *uringFS) Write(cancel <-chan struct{}, in *WriteIn, data []byte) (uint32, Status) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	end := int(in.Offset) + len(data)
 	if end > len(f.data) {
 		f.data = append(f.data, make([]byte, end-len(f.data))...)
@@ -138,9 +147,12 @@ func TestURingTransport(t *testing.T) {
 		}
 		before := srv.URingRequests()
 		name := filepath.Join(dir, "file")
+		fs.mu.Lock()
+		content := bytes.Clone(fs.data)
+		fs.mu.Unlock()
 		got, err := os.ReadFile(name)
-		if err != nil || !bytes.Equal(got, fs.data) {
-			t.Fatalf("read %d bytes, %v; want %d", len(got), err, len(fs.data))
+		if err != nil || !bytes.Equal(got, content) {
+			t.Fatalf("read %d bytes, %v; want %d", len(got), err, len(content))
 		}
 		f, err := os.OpenFile(name, os.O_WRONLY, 0)
 		if err != nil {
