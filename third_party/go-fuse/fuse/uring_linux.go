@@ -110,6 +110,10 @@ func possibleCPUs() (int, error) {
 	return n, nil
 }
 
+// uringPayloadSizeForTest, if set, replaces the payload size: too small,
+// it makes the kernel refuse the registration.
+var uringPayloadSizeForTest int
+
 // uringPayloadSize is at least the kernel's max_payload_sz:
 // max(FUSE_MIN_READ_BUFFER, max_write, max_pages * PAGE_SIZE).
 func uringPayloadSize(maxWrite int) int {
@@ -133,10 +137,14 @@ func prepareURing(ms *Server) (*uringTransport, error) {
 	if depth <= 0 {
 		depth = defaultIOUringQueueDepth
 	}
+	payload := uringPayloadSize(ms.opts.MaxWrite)
+	if uringPayloadSizeForTest > 0 {
+		payload = uringPayloadSizeForTest
+	}
 	t := &uringTransport{ms: ms}
 	var errs []error
 	for qid := 0; qid < nq; qid++ {
-		q := &uringQueue{t: t, qid: qid, depth: depth, payloadSize: uringPayloadSize(ms.opts.MaxWrite),
+		q := &uringQueue{t: t, qid: qid, depth: depth, payloadSize: payload,
 			start: make(chan bool, 1), ready: make(chan error, 1)}
 		go q.run()
 		if err := <-q.ready; err != nil {
@@ -182,18 +190,18 @@ func (ms *Server) startURing() {
 		ms.fuseFD.loops.Add(1)
 		q.start <- true
 	}
-	var errs []error
+	var errs []string
 	for _, q := range queues {
 		if err := <-q.ready; err != nil {
-			errs = append(errs, fmt.Errorf("queue %d: %w", q.qid, err))
+			errs = append(errs, fmt.Sprintf("queue %d: %v", q.qid, err))
 		}
 	}
 	if len(errs) > 0 {
 		// The kernel turns io_uring off for the connection when a
 		// registration fails, and requests keep coming through
 		// /dev/fuse.
-		ms.transport = "dev (io_uring: register: " + errors.Join(errs...).Error() + ")"
-		ms.opts.Logger.Printf("FUSE over io_uring not in use: %v", errors.Join(errs...))
+		ms.transport = "dev (io_uring: register: " + strings.Join(errs, "; ") + ")"
+		ms.opts.Logger.Printf("FUSE over io_uring not in use: %s", ms.transport)
 		return
 	}
 	ms.transport = "io_uring"

@@ -207,6 +207,28 @@ func TestURingFallback(t *testing.T) {
 	}
 }
 
+// TestURingRegisterFails: a registration the kernel refuses (a payload
+// buffer smaller than its max_payload_sz) leaves the connection on
+// /dev/fuse, and the server says why.
+func TestURingRegisterFails(t *testing.T) {
+	if !uringEnabled() {
+		t.Skip("FUSE over io_uring is off (/sys/module/fuse/parameters/enable_uring)")
+	}
+	uringPayloadSizeForTest = 4096
+	defer func() { uringPayloadSizeForTest = 0 }()
+	fs := &uringFS{data: []byte("hello")}
+	srv, dir := mountURingFS(t, fs, true)
+	if got := srv.Transport(); !strings.HasPrefix(got, "dev (io_uring: register: ") || !strings.Contains(got, "invalid argument") {
+		t.Fatalf("transport %q", got)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "file")); err != nil || string(got) != "hello" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	if n := srv.URingRequests(); n != 0 {
+		t.Fatalf("%d requests through rings that never registered", n)
+	}
+}
+
 func TestURingLayout(t *testing.T) {
 	if s := unsafe.Sizeof(uringEntInOut{}); uringEntOffset+int(s) != uringHeaderSize || s != 32 {
 		t.Fatalf("fuse_uring_ent_in_out is %d bytes", s)
