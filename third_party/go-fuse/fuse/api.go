@@ -402,7 +402,8 @@ type MountOptions struct {
 	IOUring bool
 
 	// IOUringQueueDepth is the number of ring entries registered
-	// per queue. Default 4.
+	// per queue. Default 2: a queue's worker serves one request at
+	// a time, and COMMIT_AND_FETCH hands it the next one queued.
 	IOUringQueueDepth int
 }
 

@@ -47,7 +47,7 @@ const (
 	uringHeaderSize  = 288
 	uringInHdrOffset = uringOpInOffset - int(unsafe.Sizeof(InHeader{}))
 
-	defaultIOUringQueueDepth = 4
+	defaultIOUringQueueDepth = 2
 )
 
 // uringEntInOut is struct fuse_uring_ent_in_out.
