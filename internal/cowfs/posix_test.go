@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 		}
 		defaultTransport = t
 	}
+	if cfg := os.Getenv(rtClientEnv); cfg != "" {
+		os.Exit(rtClient(cfg))
+	}
 	if cfg := os.Getenv("ARBOR_COWFS_SERVE"); cfg != "" {
 		os.Exit(serveForTest(cfg))
 	}
