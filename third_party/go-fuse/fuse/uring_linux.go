@@ -129,6 +129,14 @@ func uringPayloadSize(maxWrite int) int {
 // registration (the kernel holds requests until every queue has
 // registered).
 func prepareURing(ms *Server) (*uringTransport, error) {
+	// Without the switch on, INIT would not offer io_uring: spare
+	// the threads and rings.
+	const param = "/sys/module/fuse/parameters/enable_uring"
+	if b, err := os.ReadFile(param); err != nil {
+		return nil, fmt.Errorf("the kernel has no FUSE over io_uring (%w)", err)
+	} else if v := strings.TrimSpace(string(b)); v != "Y" && v != "1" {
+		return nil, fmt.Errorf("%s is %s", param, v)
+	}
 	nq, err := possibleCPUs()
 	if err != nil {
 		return nil, err

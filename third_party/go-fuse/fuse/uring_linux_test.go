@@ -199,7 +199,7 @@ func TestURingFallback(t *testing.T) {
 	}
 	fs := &uringFS{data: []byte("hello")}
 	srv, dir := mountURingFS(t, fs, true)
-	if !strings.HasPrefix(srv.Transport(), "dev (io_uring: ") {
+	if !strings.HasPrefix(srv.Transport(), "dev (io_uring: ") || !strings.Contains(srv.Transport(), "enable_uring") {
 		t.Fatalf("transport %q", srv.Transport())
 	}
 	if got, err := os.ReadFile(filepath.Join(dir, "file")); err != nil || string(got) != "hello" {
