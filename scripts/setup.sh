@@ -24,3 +24,9 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 [ -e /dev/fuse ] || { [ "$(id -u)" -eq 0 ] && mknod -m 0666 /dev/fuse c 10 229 || true; }
 go mod download
+# FUSE over io_uring (Linux 6.14+): mounts use it where it is on (cowfs
+# transport auto, arbord turns it on at start too); only root can.
+uring=/sys/module/fuse/parameters/enable_uring
+if [ -e "$uring" ] && [ "$(id -u)" -eq 0 ] && [ "$(cat "$uring")" != Y ]; then
+  echo Y >"$uring" && echo "setup: turned FUSE over io_uring on ($uring)"
+fi

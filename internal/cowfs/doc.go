@@ -32,6 +32,11 @@
 // with FOPEN_DIRECT_IO, so that it can share its kernel inode with
 // passthrough descriptors, and each write is checked before it is made.
 //
+// Requests reach the daemon over FUSE over io_uring where the kernel offers
+// it (Config.Transport, transport.go: auto, uring or dev; the transport is
+// go-fuse's, in the fork under third_party/go-fuse), else by reads and
+// writes of /dev/fuse; FS.Transport says which.
+//
 // The kernel caches names, attributes and listings (30 s by default, and
 // directories open without an OPENDIR: rawdir.go); every change made through
 // one view is sent as an invalidation to every other view of the branch, in

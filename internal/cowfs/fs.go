@@ -66,6 +66,9 @@ type Config struct {
 	// FsName is the mount's source as mount(8) and /proc/self/mountinfo
 	// show it; default the store's base directory.
 	FsName string
+	// Transport of the FUSE requests: TransportAuto (default),
+	// TransportURing or TransportDev (transport.go).
+	Transport string
 
 	// viaFusermount mounts through fusermount3 even as root (tests of the
 	// path every non-root daemon takes).
@@ -160,6 +163,12 @@ func Mount(cfg Config) (*FS, error) {
 	if cfg.Aborter == nil {
 		cfg.Aborter = &fusemount.Aborter{}
 	}
+	if err := CheckTransport(cfg.Transport); err != nil {
+		return nil, err
+	}
+	if cfg.Transport == "" {
+		cfg.Transport = defaultTransport
+	}
 	if cfg.FsName == "" {
 		cfg.FsName = cfg.Store.Base()
 	}
@@ -201,6 +210,7 @@ func Mount(cfg Config) (*FS, error) {
 			DisableReadDirPlus: true,
 			Options:            []string{"default_permissions"},
 			Debug:              cfg.Debug,
+			IOUring:            cfg.Transport != TransportDev,
 		},
 		// The store keeps the real inode numbers; go-fuse must not invent its own.
 		FirstAutomaticIno: 1 << 62,
@@ -252,7 +262,10 @@ func Mount(cfg Config) (*FS, error) {
 		opts.MountOptions.DirectMount = false
 		opts.MountOptions.DirectMountStrict = false
 	}
-	raw := &releaseFS{RawFileSystem: newDirFS(&killFS{RawFileSystem: fs.NewNodeFS(f.root, opts), kills: &f.kills}), n: &f.releasing}
+	var raw fuse.RawFileSystem = &releaseFS{RawFileSystem: newDirFS(&killFS{RawFileSystem: fs.NewNodeFS(f.root, opts), kills: &f.kills}), n: &f.releasing}
+	if wrapRawForTest != nil {
+		raw = wrapRawForTest(raw)
+	}
 	srv, err := fuse.NewServer(raw, target, &opts.MountOptions)
 	if err != nil {
 		if atDir {
@@ -270,6 +283,9 @@ func Mount(cfg Config) (*FS, error) {
 	}
 	go srv.Serve()
 	err = srv.WaitMount()
+	if err == nil {
+		err = checkURing(cfg.Transport, srv.Transport())
+	}
 	if err == nil && atDir {
 		// Where the mount is: the directory's name now (it cannot be
 		// renamed while mounted on), which must be the name asked for.
@@ -305,6 +321,7 @@ func Mount(cfg Config) (*FS, error) {
 	if m, ok := fusemount.Find(f.cfg.Mountpoint); ok && m.IsFUSE() {
 		f.mnt = m
 	}
+	f.log.Info("mounted", "mountpoint", f.cfg.Mountpoint, "branch", cfg.Branch, "fuse_transport", srv.Transport())
 	return f, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/audit"
+	"github.com/arbor-dev/arbor/internal/cowfs"
 	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
@@ -47,7 +48,11 @@ type Config struct {
 	AuditLog string // the audit log of both faces; default Home/audit.log
 	// Passthrough: nil means FUSE passthrough when root.
 	Passthrough *bool
-	Logger      *slog.Logger
+	// FUSETransport is the mounts' FUSE transport (cowfs.Transport*; ""
+	// is auto: io_uring where the kernel has it, which the daemon turns
+	// on at start when root).
+	FUSETransport string
+	Logger        *slog.Logger
 	// Ready, if set, is closed once the socket accepts connections.
 	Ready chan<- struct{}
 	// MaxConns and MaxConnsPerUID cap the socket's connections, and
@@ -88,6 +93,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// once.
 	ab := &fusemount.Aborter{Logger: log}
 	ab.EnsureCtl()
+	if err := cowfs.CheckTransport(cfg.FUSETransport); err != nil {
+		return err
+	}
+	if cfg.FUSETransport != cowfs.TransportDev {
+		switch on, changed, err := fusemount.EnableURing(); {
+		case changed:
+			log.Info("FUSE over io_uring turned on", "param", fusemount.URingParam)
+		case !on:
+			log.Info("FUSE over io_uring unavailable: mounts read and write /dev/fuse", "err", err)
+		}
+	}
 	if err := lockHeld(lock, cfg.Home, ab, 10*time.Second); err != nil {
 		return fmt.Errorf("daemon: another arbord runs with home %s: %w: %w", cfg.Home, api.ErrBusy, err)
 	}
@@ -131,7 +147,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	defer auditFile.Close()          // after the cleanups below: the engine's views audit until it closes
 	aud := audit.New(auditFile, log) // one writer for every face
-	h, closeAll, err := compose(cfg.Home, cfg.Passthrough, ab, log, m, aud)
+	h, closeAll, err := compose(cfg.Home, cfg.Passthrough, cfg.FUSETransport, ab, log, m, aud)
 	if err != nil {
 		return err
 	}
@@ -221,12 +237,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 //
 // images, if given, change the image store's config (tests name a
 // stand-in builder there).
-func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Logger, m *metrics.Metrics, aud *audit.Log, images ...func(*image.Config)) (r *router, closeAll func(), err error) {
+func compose(home string, passthrough *bool, transport string, ab *fusemount.Aborter, log *slog.Logger, m *metrics.Metrics, aud *audit.Log, images ...func(*image.Config)) (r *router, closeAll func(), err error) {
 	rules, err := access.New(access.Config{Home: home})
 	if err != nil {
 		return nil, nil, err
 	}
-	ws, err := workspace.New(workspace.Config{Home: home, Passthrough: passthrough, Aborter: ab, Logger: log, Access: rules})
+	ws, err := workspace.New(workspace.Config{Home: home, Passthrough: passthrough, Transport: transport, Aborter: ab, Logger: log, Access: rules})
 	if err != nil {
 		return nil, nil, err
 	}

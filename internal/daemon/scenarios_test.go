@@ -28,7 +28,7 @@ const testToken = "daemon-test-token"
 func realTarget(t *testing.T) facetest.Target {
 	home, base := tempDir(t), tempDir(t)
 	writeFile(t, filepath.Join(base, "a.txt"), "base")
-	r, closeAll, err := compose(home, nil, &fusemount.Aborter{}, nil, nil, nil)
+	r, closeAll, err := compose(home, nil, "", &fusemount.Aborter{}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestImageScenarios(t *testing.T) {
 	testenv.NeedCommand(t, testenv.Root, "unshare")
 	imageTarget := func(t *testing.T) facetest.Target {
 		mm := facetest.StandInBuilder(t)
-		r, closeAll, err := compose(tempDir(t), nil, &fusemount.Aborter{}, nil, nil, nil, func(c *image.Config) {
+		r, closeAll, err := compose(tempDir(t), nil, "", &fusemount.Aborter{}, nil, nil, nil, func(c *image.Config) {
 			c.Mmdebstrap, c.Sources = mm, []string{}
 		})
 		if err != nil {

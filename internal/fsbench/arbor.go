@@ -52,6 +52,8 @@ const callTimeout = 2 * time.Minute
 type arborSys struct {
 	depth   int
 	profile string // the server's CPU profile, if set
+	// transport is the mount's FUSE transport (cowfs.Config.Transport).
+	transport string
 
 	mu    sync.Mutex // one request at a time on the pipe
 	cmd   *exec.Cmd
@@ -78,6 +80,9 @@ func (a *arborSys) Name() string {
 // SetCPUProfile makes the server write its CPU profile to path.
 func (a *arborSys) SetCPUProfile(path string) { a.profile = path }
 
+// SetTransport sets the mount's FUSE transport (cowfs.Transport*).
+func (a *arborSys) SetTransport(t string) { a.transport = t }
+
 // serveReq and serveResp are the pipe's lines.
 type serveReq struct {
 	Op      string `json:"op"` // setup, fork, commit, abort, close
@@ -85,8 +90,10 @@ type serveReq struct {
 	Scratch string `json:"scratch,omitempty"`
 	Depth   int    `json:"depth,omitempty"`
 	Profile string `json:"profile,omitempty"`
-	Name    string `json:"name,omitempty"`
-	Durable bool   `json:"durable,omitempty"`
+	// Transport is the mount's FUSE transport (setup).
+	Transport string `json:"transport,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Durable   bool   `json:"durable,omitempty"`
 }
 
 type serveResp struct {
@@ -133,7 +140,7 @@ func (a *arborSys) Setup(ctx context.Context, base, scratch string) (string, err
 	}
 	a.cmd, a.in, a.out, a.outR, a.done = cmd, in, bufio.NewReader(outR), outR, make(chan struct{})
 	go func() { cmd.Wait(); close(a.done) }()
-	r, err := a.call(serveReq{Op: "setup", Base: base, Scratch: scratch, Depth: a.depth, Profile: a.profile})
+	r, err := a.call(serveReq{Op: "setup", Base: base, Scratch: scratch, Depth: a.depth, Profile: a.profile, Transport: a.transport})
 	if err != nil {
 		a.kill(filepath.Join(scratch, "mnt"))
 		a.outR.Close()
@@ -339,7 +346,7 @@ func (sv *server) setup(req serveReq) (string, error) {
 		st.Close()
 		return "", err
 	}
-	f, err := cowfs.Mount(cowfs.Config{Store: st, Mountpoint: mnt, Branch: leaf})
+	f, err := cowfs.Mount(cowfs.Config{Store: st, Mountpoint: mnt, Branch: leaf, Transport: req.Transport})
 	if err != nil {
 		st.Close()
 		return "", err
