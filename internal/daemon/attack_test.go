@@ -1,0 +1,98 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/arbor-dev/arbor/api"
+)
+
+// execOn runs sh -c script in a node over c (a connection of dialAs) and
+// returns its output and exit.
+func execOn(t *testing.T, c net.Conn, tree, node, script string) (string, api.ExecExit, error) {
+	t.Helper()
+	b, _ := json.Marshal(api.Request{Op: api.OpTreeExec, TreeID: tree, NodeID: node, Argv: []string{"sh", "-c", script}})
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	if _, err := c.Write(append(b, '\n')); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	var out bytes.Buffer
+	for {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("tree_exec: reading the reply: %v", err)
+		}
+		var r api.Response
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case r.Status == api.StatusExecOutput && r.Output != nil:
+			out.Write(r.Output.Data)
+		case r.Status == api.StatusExecExit && r.Exit != nil:
+			return out.String(), *r.Exit, nil
+		case r.Status == api.StatusError:
+			return out.String(), api.ExecExit{}, &api.Error{Code: r.Code, Message: r.Message}
+		default:
+			t.Fatalf("tree_exec: reply %q", r.Status)
+		}
+	}
+}
+
+// nobodyJailDaemon starts a daemon that admits uid 65534, and returns a
+// connection as uid 65534 and a base directory it owns.
+func nobodyJailDaemon(t *testing.T, cfg Config) (nobody net.Conn, base string) {
+	needJail(t)
+	dir := tempDir(t)
+	os.Chmod(dir, 0o755)
+	home, sockDir := filepath.Join(dir, "home"), filepath.Join(dir, "run")
+	os.Mkdir(sockDir, 0o755)
+	base = filepath.Join(dir, "nobodybase")
+	os.Mkdir(base, 0o755)
+	os.Chown(base, 65534, 65534)
+	cfg.Home, cfg.Socket, cfg.AllowUIDs = home, filepath.Join(sockDir, "arbord.sock"), []int{65534}
+	startDaemon(t, cfg)
+	nobody = dialAs(t, cfg.Socket, 65534, 65534)
+	t.Cleanup(func() { nobody.Close() })
+	return nobody, base
+}
+
+// TestAttackJailNonRootOwner: uid 65534, admitted on the socket, asks for
+// a jail tree on its own directory. A sandbox's processes run as root
+// inside it, so such a tree would read /etc/shadow through the host's /etc
+// and carry a root-owned setuid shell into uid 65534's base at a commit (a
+// root shell on the host; both happened before the rule): it is refused,
+// with outbound network too, and uid 65534 keeps its files-only trees.
+func TestAttackJailNonRootOwner(t *testing.T) {
+	nobody, base := nobodyJailDaemon(t, Config{})
+	for _, network := range []string{"", api.NetworkOutbound} {
+		tr, err := ask(t, nobody, api.Request{Op: api.OpTreeCreate, TreeID: "nj", Base: base, Backend: "jail", Network: network})
+		if errors.Is(err, api.ErrForbidden) && contains(err, "only root may own") {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("uid 65534's jail tree (network %q): %v, want forbidden", network, err)
+		}
+		out, x, err := execOn(t, nobody, "nj", tr.Root, "head -c 40 /etc/shadow; cp /bin/sh /workspace/rootsh && chmod 4755 /workspace/rootsh")
+		t.Errorf("uid 65534 made a jail tree (network %q) and ran in it: %q %+v %v", network, out, x, err)
+		ch, err := ask(t, nobody, api.Request{Op: api.OpTreeFork, TreeID: "nj", SourceID: tr.Root})
+		if err == nil {
+			ask(t, nobody, api.Request{Op: api.OpTreeCommit, TreeID: "nj", NodeID: ch.NodeID})
+		}
+		if st, err := os.Lstat(filepath.Join(base, "rootsh")); err == nil {
+			t.Errorf("a commit left %v rootsh in uid 65534's base", st.Mode())
+		}
+		ask(t, nobody, api.Request{Op: api.OpTreeDelete, TreeID: "nj"})
+	}
+	if _, err := ask(t, nobody, api.Request{Op: api.OpTreeCreate, TreeID: "nd", Base: base}); err != nil {
+		t.Errorf("uid 65534's files-only tree: %v", err)
+	}
+}
