@@ -3,6 +3,7 @@ package daemon
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/testenv"
 )
 
 // execOn runs sh -c script in a node over c (a connection of dialAs) and
@@ -94,5 +97,48 @@ func TestAttackJailNonRootOwner(t *testing.T) {
 	}
 	if _, err := ask(t, nobody, api.Request{Op: api.OpTreeCreate, TreeID: "nd", Base: base}); err != nil {
 		t.Errorf("uid 65534's files-only tree: %v", err)
+	}
+}
+
+// TestAttackOutboundToDaemon: a sandbox with outbound network reaches the
+// host's loopback through pasta's gateway, arbord's HTTP face among it.
+// Without the token it gets nothing there: every route that carries data
+// (trees, metrics, MCP) answers 401, and a tree_create through it is not
+// done; what the sandbox can reach is no more than any local process.
+func TestAttackOutboundToDaemon(t *testing.T) {
+	needJail(t)
+	testenv.NeedCommand(t, testenv.Pasta, "pasta")
+	testenv.NeedCommand(t, testenv.Root, "curl")
+	gw := testenv.HostGateway(t)
+	dir := tempDir(t)
+	sock, addr := filepath.Join(dir, "arbord.sock"), freeAddr(t)
+	startDaemon(t, Config{Home: filepath.Join(dir, "home"), Socket: sock, HTTPAddr: addr, Token: "attack-test-token-0123456789"})
+	_, port, _ := net.SplitHostPort(addr)
+	c := client.New(sock)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	must := mustDo(t, ctx, c)
+	base := tempDir(t)
+	tr := must(api.Request{Op: api.OpTreeCreate, TreeID: "net", Base: base, Backend: "jail", Network: api.NetworkOutbound})
+	url := "http://" + net.JoinHostPort(gw, port)
+	// The face is there: /healthz answers (no data).
+	if out, x, err := shIn(ctx, c, "net", tr.Root, "curl -s -o /dev/null -w '%{http_code}' "+url+"/healthz"); err != nil || x.ExitCode != 0 || out != "200" {
+		t.Fatalf("the sandbox does not reach arbord's HTTP face (so this test shows nothing): %q %+v %v", out, x, err)
+	}
+	for _, probe := range []string{
+		"curl -s -o /dev/null -w '%{http_code}' " + url + "/metrics",
+		"curl -s -o /dev/null -w '%{http_code}' " + url + "/v1/trees",
+		"curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer wrong' " + url + "/v1/trees",
+		"curl -s -o /dev/null -w '%{http_code}' -X POST -d '{\"base\":\"/\",\"tree_id\":\"evil\"}' " + url + "/v1/trees",
+		"curl -s -o /dev/null -w '%{http_code}' -X POST -d '{}' " + url + "/mcp",
+	} {
+		out, x, err := shIn(ctx, c, "net", tr.Root, probe)
+		if err != nil || x.ExitCode != 0 || out != "401" {
+			t.Errorf("%s from the sandbox: %q %+v %v, want 401", probe, out, x, err)
+		}
+	}
+	if l := must(api.Request{Op: api.OpTreeList}); len(l.Trees) != 1 {
+		t.Errorf("trees after the sandbox's tries: %+v", l.Trees)
 	}
 }
