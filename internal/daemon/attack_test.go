@@ -142,3 +142,34 @@ func TestAttackOutboundToDaemon(t *testing.T) {
 		t.Errorf("trees after the sandbox's tries: %+v", l.Trees)
 	}
 }
+
+// TestAttackImagesNonRoot: image names are every owner's and a build runs
+// mmdebstrap as root. uid 65534, admitted on the socket, may not build an
+// image (which could replace root's under its name, or fill the disk) nor
+// remove one; it lists them.
+func TestAttackImagesNonRoot(t *testing.T) {
+	testenv.NeedFUSE(t)
+	dir := tempDir(t)
+	os.Chmod(dir, 0o755)
+	sock := filepath.Join(dir, "run", "arbord.sock")
+	os.Mkdir(filepath.Dir(sock), 0o755)
+	startDaemon(t, Config{Home: filepath.Join(dir, "home"), Socket: sock, AllowUIDs: []int{65534}})
+	nobody := dialAs(t, sock, 65534, 65534)
+	defer nobody.Close()
+	for _, req := range []api.Request{
+		{Op: api.OpImageBuild, Image: "base", Packages: []string{"hello"}},
+		{Op: api.OpImageRm, Image: "base"},
+	} {
+		if _, err := ask(t, nobody, req); !errors.Is(err, api.ErrForbidden) {
+			t.Errorf("uid 65534's %s: %v, want forbidden", req.Op, err)
+		}
+	}
+	if l, err := ask(t, nobody, api.Request{Op: api.OpImageList}); err != nil || l.Status != "image_list" {
+		t.Errorf("uid 65534's image_list: %+v %v", l, err)
+	}
+	root := dialAs(t, sock, 0, 0)
+	defer root.Close()
+	if _, err := ask(t, root, api.Request{Op: api.OpImageRm, Image: "base"}); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("root's image_rm of no image: %v, want not found", err)
+	}
+}

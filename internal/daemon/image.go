@@ -7,18 +7,26 @@ import (
 	"strings"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/image"
 )
 
 // The image verbs: the daemon builds images (it owns $ARBOR_HOME and runs
 // as root; internal/image's doc says why) and refuses to change or remove
-// one that a loaded tree runs on.
+// one that a loaded tree runs on. Images serve jail trees, which only root
+// (and the daemon's uid) may own: only they build or remove one (a build
+// is root running mmdebstrap; a name is every owner's, so another uid
+// could remove root's image and build another under its name); any
+// admitted uid lists them.
 
 // BuildImage serves image_build: progress gets each line of the build as
 // it comes; the reply is "image_built" with the image, Cached when its
 // inputs were built before.
 func (r *router) BuildImage(ctx context.Context, req api.Request, progress func(string) error) (api.Response, error) {
 	const op = api.OpImageBuild
+	if err := r.mayChangeImages(ctx, op); err != nil {
+		return api.Response{}, err
+	}
 	if req.Image == "" {
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: image (the name) is required", op)
 	}
@@ -66,6 +74,9 @@ func (r *router) image(ctx context.Context, req api.Request) (api.Response, erro
 		}
 		return api.Response{Status: "image_list", Images: out}, nil
 	default: // api.OpImageRm
+		if err := r.mayChangeImages(ctx, req.Op); err != nil {
+			return api.Response{}, err
+		}
 		if err := image.CheckName(req.Image); err != nil {
 			return api.Response{}, fmt.Errorf("%s: %w", req.Op, err)
 		}
@@ -81,6 +92,15 @@ func (r *router) image(ctx context.Context, req api.Request) (api.Response, erro
 		}
 		return api.Response{Status: api.StatusOK, Image: &api.Image{Name: req.Image}}, nil
 	}
+}
+
+// mayChangeImages refuses image_build and image_rm to a requester that
+// is neither root nor the daemon's uid.
+func (r *router) mayChangeImages(ctx context.Context, op string) error {
+	if cred, ok := access.FromContext(ctx); ok && cred.UID != 0 && cred.UID != r.uid {
+		return api.Errorf(api.ErrForbidden, "%s: only root may build or remove images (they serve jail trees, which only root owns), not uid %d", op, cred.UID)
+	}
+	return nil
 }
 
 // treesOn names the loaded trees that run on image name (every owner's).
