@@ -198,11 +198,11 @@ func TestMetacopy(t *testing.T) {
 	}
 }
 
-// TestAttackMetacopySwap: a metadata-only copy reads its data from
-// lower file by name. The base's owner swaps that file for a symlink to a
-// file outside (a victim it cannot read), or for a hard link's... after
-// the chmod: reads through the branch and the first write's copy-up never
-// reach the victim's data.
+// TestAttackMetacopySwap: a metadata-only copy reads its data from the
+// lower file by name. After the chmod the base's owner swaps that file, and
+// a directory above another, for symlinks to a victim outside the base:
+// reads through the branch and the first write's copy-up never reach the
+// victim's data, nor change it.
 func TestAttackMetacopySwap(t *testing.T) {
 	outside := t.TempDir()
 	victim := filepath.Join(outside, "victim")
