@@ -47,11 +47,14 @@
 // killed and reaped by Stop (network.go).
 //
 // The policy of a user process (policy.go): capabilities cut to Docker's
-// default set less CAP_SYS_CHROOT and CAP_MKNOD, no_new_privs, a Landlock
-// domain (writes only beneath /workspace, /tmp, /dev/pts and to the
-// device nodes; signals and abstract sockets scoped to the domain), and
+// default set less CAP_SYS_CHROOT, CAP_MKNOD and CAP_SETFCAP, no_new_privs,
+// a Landlock domain (writes only beneath /workspace, /tmp, /dev/pts and to
+// the device nodes; signals and abstract sockets scoped to the domain), and
 // a seccomp deny-list (mount, namespaces, ptrace, kernel modules, kexec,
-// bpf, perf_event_open, keyctl, ...). All are per thread in Linux: init
+// bpf, perf_event_open, keyctl, io_uring, openat2, ...) that also refuses
+// a setuid or setgid mode to chmod, open, creat and mknod: a file the
+// sandbox writes reaches the tree's base at a commit, so it may carry
+// neither those bits nor a file capability. All are per thread in Linux: init
 // applies them to one locked thread and forks every user process from it.
 //
 // # Locking
