@@ -99,3 +99,25 @@ except OSError as e:
 func getxattr(path, name string) (int, error) {
 	return unix.Lgetxattr(path, name, nil)
 }
+
+// TestAttackHostSecrets: a sandbox on the host's root reads the host's
+// /etc, as uid 0: the password hashes, SSH host keys and TLS private keys
+// there read empty (an image's /etc is its own).
+func TestAttackHostSecrets(t *testing.T) {
+	m := newManager(t)
+	s, _, _ := start(t, m, "secrets")
+	for _, c := range []string{
+		"cat /etc/shadow /etc/gshadow 2>/dev/null",
+		"cat /etc/ssh/ssh_host_*_key 2>/dev/null",
+		"ls -A /etc/ssl/private 2>/dev/null",
+	} {
+		if out, _, _ := sh(t, s, c); out != "" {
+			t.Errorf("%q in the sandbox: %.60q", c, out)
+		}
+	}
+	if _, err := os.Stat("/etc/shadow"); err == nil {
+		if out, _, st := sh(t, s, "test -f /etc/shadow && test ! -s /etc/shadow && head -1 /etc/passwd"); st.Code != 0 || !strings.HasPrefix(out, "root:") {
+			t.Errorf("/etc/shadow should be there, empty, and /etc/passwd readable: %q %v", out, st)
+		}
+	}
+}

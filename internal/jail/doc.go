@@ -35,6 +35,9 @@
 // host's /usr, /bin, /lib*, /etc, /sbin (symlinks copied as symlinks),
 // /workspace and /tmp bound read-write (nosuid, nodev), a fresh /proc, and
 // a /dev of null, zero, full, random, urandom, tty and a private devpts.
+// On the host's root the host's secrets in /etc (password hashes, SSH host
+// keys, TLS private keys: hostSecrets) are covered by empty read-only
+// binds, since root inside owns and reads them.
 // init pivots into it; user processes are further chrooted to its /r,
 // which makes the kernel refuse them a user namespace whatever the
 // syscall.
