@@ -5,13 +5,14 @@
 //
 // ARBOR_TEST_REQUIRE is "all" (every capability; scripts/test.sh sets it)
 // or a comma-separated list of capability names: root, fuse, tmpfs,
-// python3, fuse-overlayfs, overlayfs, chromium, cgroup. Unset or empty, every missing
+// python3, fuse-overlayfs, overlayfs, chromium, cgroup, qemu. Unset or empty, every missing
 // capability skips.
 package testenv
 
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -31,6 +32,9 @@ const (
 	// Cgroup: a cgroup hierarchy this process can create cgroups in
 	// (cgroup2, or a v1 freezer), for process sandboxes.
 	Cgroup = "cgroup"
+	// QEMU: qemu-system-x86_64, a guest kernel (linux-image-cloud-amd64)
+	// and a static busybox, for the vm backend.
+	QEMU = "qemu"
 )
 
 // Required reports whether ARBOR_TEST_REQUIRE names capability (or is
@@ -93,5 +97,20 @@ func NeedCommand(t testing.TB, capability, program string) {
 
 // Names lists the capabilities ARBOR_TEST_REQUIRE may name.
 func Names() []string {
-	return slices.Clone([]string{Root, FUSE, Tmpfs, Python, FuseOverlayfs, Overlayfs, Chromium, Cgroup})
+	return slices.Clone([]string{Root, FUSE, Tmpfs, Python, FuseOverlayfs, Overlayfs, Chromium, Cgroup, QEMU})
+}
+
+// NeedQEMU requires what a microVM needs: qemu-system-x86_64, a Debian
+// cloud kernel in /boot and a static busybox.
+func NeedQEMU(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		Missing(t, QEMU, "qemu-system-x86_64 is not installed: "+err.Error())
+	}
+	if ks, _ := filepath.Glob("/boot/vmlinuz-*-cloud-amd64"); len(ks) == 0 {
+		Missing(t, QEMU, "no guest kernel /boot/vmlinuz-*-cloud-amd64 (linux-image-cloud-amd64)")
+	}
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		Missing(t, QEMU, "no static busybox (busybox-static): "+err.Error())
+	}
 }
