@@ -74,7 +74,12 @@ func HasState(dir string) bool {
 // Start starts a VM of img from the state in dir (Seed), named hostname,
 // and returns it running with its agent answering. ctx bounds the start,
 // not the VM.
-func Start(ctx context.Context, img *Image, dir, hostname string) (_ *VM, err error) {
+func Start(ctx context.Context, img *Image, dir, hostname string) (*VM, error) {
+	return start(ctx, img, dir, hostname, nil)
+}
+
+// start is Start; running (if not nil) gets the time the CPUs ran.
+func start(ctx context.Context, img *Image, dir, hostname string, running *time.Time) (_ *VM, err error) {
 	mem := filepath.Join(dir, MemFile)
 	st, err := os.Stat(mem)
 	if err != nil {
@@ -105,6 +110,9 @@ func Start(ctx context.Context, img *Image, dir, hostname string) (_ *VM, err er
 	}
 	if _, err := v.mon.run(ctx, "cont", nil); err != nil {
 		return nil, v.why(err)
+	}
+	if running != nil {
+		*running = time.Now()
 	}
 	if v.agent, err = dialAgent(ctx, filepath.Join(v.sock, "agent"), hostname); err != nil {
 		return nil, v.why(err)

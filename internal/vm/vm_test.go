@@ -47,8 +47,8 @@ func image(t testing.TB) *Image {
 	return testImg
 }
 
-// start starts a VM of img from its template in a fresh directory.
-func start(t testing.TB, img *Image, name string) *VM {
+// startVM starts a VM of img from its template in a fresh directory.
+func startVM(t testing.TB, img *Image, name string) *VM {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	if err := Seed(dir, img.Mem, img.Dev); err != nil {
@@ -84,7 +84,7 @@ func TestBootExec(t *testing.T) {
 	img := image(t)
 	t.Logf("image %s, cold boot %v", img.Dir, img.BootTime)
 	t0 := time.Now()
-	v := start(t, img, "n1")
+	v := startVM(t, img, "n1")
 	t.Logf("clone to agent reply: %v", time.Since(t0))
 	if got := sh(t, v, "echo hi; hostname"); got != "hi\nn1\n" {
 		t.Fatalf("stdout %q", got)
