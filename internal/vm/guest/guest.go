@@ -80,6 +80,7 @@ func setup() error {
 			logf("arbor-guest: mount %s: %v", m.dst, err)
 		}
 	}
+	os.MkdirAll("/workspace", 0o755)
 	if f, err := os.OpenFile("/dev/console", os.O_WRONLY, 0); err == nil {
 		unix.Dup2(int(f.Fd()), 1)
 		unix.Dup2(int(f.Fd()), 2)
