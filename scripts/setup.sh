@@ -4,13 +4,16 @@
 # SDK), git, fuse-overlayfs (a benchmark peer), chromium (the web view's
 # browser test drives it headless), util-linux (unshare, setsid: the
 # process sandbox's tests and benchmark peer), bubblewrap (the sandbox's
-# benchmark peer), and the Go modules. Idempotent; quiet unless something
-# fails.
+# benchmark peer), QEMU with the Debian cloud kernel, a static busybox
+# and cpio (the vm backend's microVMs: guest kernel, guest tools, initramfs
+# check), the Go modules, and the vm backend's guest agent (arbor-guest,
+# static, installed next to go's binaries). Idempotent; quiet unless
+# something fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
 need=()
-for p in fuse3 attr python3 python3-mypy git fuse-overlayfs chromium util-linux bubblewrap; do
+for p in fuse3 attr python3 python3-mypy git fuse-overlayfs chromium util-linux bubblewrap qemu-system-x86 linux-image-cloud-amd64 busybox-static cpio; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -23,3 +26,4 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 [ -e /dev/fuse ] || { [ "$(id -u)" -eq 0 ] && mknod -m 0666 /dev/fuse c 10 229 || true; }
 go mod download
+CGO_ENABLED=0 go build -o "$(go env GOPATH)/bin/arbor-guest" ./cmd/arbor-guest

@@ -22,6 +22,8 @@ import (
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
 	"github.com/arbor-dev/arbor/internal/jailbackend"
+	"github.com/arbor-dev/arbor/internal/vm"
+	"github.com/arbor-dev/arbor/internal/vmbackend"
 	"github.com/arbor-dev/arbor/internal/lineapi"
 	"github.com/arbor-dev/arbor/internal/mcpserver"
 	"github.com/arbor-dev/arbor/internal/metrics"
@@ -237,7 +239,7 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 	r = &router{}
 	eng, err := engine.New(engine.Config{
 		Home:     home, // trees.db and trees/<id>/
-		Backends: backends(log),
+		Backends: backends(home, log),
 		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
 			return ws.OpenTreeFiles(ctx, dir, base)
 		},
@@ -277,10 +279,21 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 
 // backends are the sandbox backends this daemon serves: dir always, jail
 // when this process can run sandboxes (root, cgroups, and a binary that
-// calls jail.Main first); otherwise tree_create --backend jail gets the
-// engine's "unknown; this daemon serves dir".
-func backends(log *slog.Logger) map[string]engine.OpenBackend {
+// calls jail.Main first), vm where QEMU, a guest kernel and the guest agent
+// (arbor-guest, next to this binary or on PATH) are (its images cached in
+// HOME/images/vm); otherwise tree_create --backend jail gets the engine's
+// "unknown; this daemon serves dir".
+func backends(home string, log *slog.Logger) map[string]engine.OpenBackend {
 	out := map[string]engine.OpenBackend{engine.BackendDir: engine.OpenDirBackend}
+	agent, _ := vmbackend.FindAgent()
+	vcfg := vmbackend.Config{VM: vm.Config{Home: filepath.Join(home, "images", "vm"), Agent: agent}}
+	if err := vmbackend.Available(vcfg); err != nil {
+		if log != nil {
+			log.Info("backend vm not served", "why", err)
+		}
+	} else {
+		out[vmbackend.Name] = vmbackend.Open(vcfg)
+	}
 	if err := jailbackend.Available(); err != nil {
 		if log != nil {
 			log.Info("backend jail not served", "why", err)
