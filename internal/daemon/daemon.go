@@ -22,11 +22,11 @@ import (
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
 	"github.com/arbor-dev/arbor/internal/jailbackend"
-	"github.com/arbor-dev/arbor/internal/vm"
-	"github.com/arbor-dev/arbor/internal/vmbackend"
 	"github.com/arbor-dev/arbor/internal/lineapi"
 	"github.com/arbor-dev/arbor/internal/mcpserver"
 	"github.com/arbor-dev/arbor/internal/metrics"
+	"github.com/arbor-dev/arbor/internal/vm"
+	"github.com/arbor-dev/arbor/internal/vmbackend"
 	"github.com/arbor-dev/arbor/internal/webui"
 	"github.com/arbor-dev/arbor/internal/workspace"
 )

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"sync"
 	"time"
 
@@ -29,11 +30,15 @@ const maxUnsolicited = 4096
 // agentConn is the host's end of one session with a guest's agent.
 type agentConn struct {
 	c    net.Conn
+	r    *wire.Reader
 	wmu  sync.Mutex
 	mu   sync.Mutex
 	next uint64
 	// calls waiting for replies, by id
 	calls map[uint64]chan *wire.Msg
+	files *fileServer   // the node's files, served to the guest; nil: none
+	fsSem chan struct{} // bounds the file calls served at once
+	fsWG  sync.WaitGroup
 	err   error         // why the connection broke
 	dead  chan struct{} // closed when it broke
 	done  chan struct{} // closed when the reader ended
@@ -42,7 +47,27 @@ type agentConn struct {
 // dialAgent connects to the agent's socket and starts a session: it sends
 // hellos (again every 250 ms: the first may land in the rest of an old
 // stream) until the guest's ready answers, or ctx ends.
-func dialAgent(ctx context.Context, path, hostname string) (*agentConn, error) {
+func dialAgent(ctx context.Context, path, hostname, files string) (*agentConn, error) {
+	var fsrv *fileServer
+	if files != "" {
+		var err error
+		if fsrv, err = newFileServer(files); err != nil {
+			return nil, fmt.Errorf("%w: the node's files: %w", ErrAgent, err)
+		}
+	}
+	a, err := dialSession(ctx, path, hostname)
+	if err != nil {
+		if fsrv != nil {
+			fsrv.close()
+		}
+		return nil, err
+	}
+	a.files = fsrv
+	go a.read(a.r)
+	return a, nil
+}
+
+func dialSession(ctx context.Context, path, hostname string) (*agentConn, error) {
 	var c net.Conn
 	var err error
 	for {
@@ -89,9 +114,8 @@ func dialAgent(ctx context.Context, path, hostname string) (*agentConn, error) {
 				c.Close()
 				return nil, fmt.Errorf("%w: hello: %w", ErrAgent, err)
 			}
-			a := &agentConn{c: c, calls: map[uint64]chan *wire.Msg{}, dead: make(chan struct{}), done: make(chan struct{})}
-			go a.read(r)
-			return a, nil
+			return &agentConn{c: c, r: r, calls: map[uint64]chan *wire.Msg{}, fsSem: make(chan struct{}, 32),
+				dead: make(chan struct{}), done: make(chan struct{})}, nil
 		case <-ctx.Done():
 			c.Close()
 			<-got
@@ -104,12 +128,17 @@ func dialAgent(ctx context.Context, path, hostname string) (*agentConn, error) {
 
 func (a *agentConn) read(r *wire.Reader) {
 	defer close(a.done)
+	defer a.fsWG.Wait()
 	unsolicited := 0
 	for {
 		m, err := r.Read()
 		if err != nil {
 			a.fail(err)
 			return
+		}
+		if m.Op == wire.OpFS {
+			a.serveFile(m)
+			continue
 		}
 		a.mu.Lock()
 		ch := a.calls[m.ID]
@@ -126,6 +155,29 @@ func (a *agentConn) read(r *wire.Reader) {
 		case <-a.dead:
 			return
 		}
+	}
+}
+
+// serveFile answers a guest's file call, concurrently with others up to
+// fsSem's bound (then inline: a guest that floods waits for its answers).
+func (a *agentConn) serveFile(m *wire.Msg) {
+	serve := func() {
+		r := &wire.Msg{Op: wire.OpFSR, ID: m.ID, Errno: int(syscall.ENODEV)}
+		if a.files != nil {
+			r = a.files.serve(m)
+		}
+		a.send(r)
+	}
+	select {
+	case a.fsSem <- struct{}{}:
+		a.fsWG.Add(1)
+		go func() {
+			defer a.fsWG.Done()
+			defer func() { <-a.fsSem }()
+			serve()
+		}()
+	default:
+		serve()
 	}
 }
 
@@ -151,6 +203,9 @@ func (a *agentConn) Err() error {
 func (a *agentConn) close() {
 	a.fail(errors.New("closed"))
 	<-a.done
+	if a.files != nil {
+		a.files.close()
+	}
 }
 
 // call registers a new id; the channel gets its replies.

@@ -48,7 +48,7 @@ func badGuest(t *testing.T, misbehave func(c net.Conn)) *agentConn {
 	}()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	a, err := dialAgent(ctx, path, "bad")
+	a, err := dialAgent(ctx, path, "bad", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,7 +89,7 @@ func BenchmarkSuspendResume(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		w, err := Start(b.Context(), img, v.Dir(), "s")
+		w, err := Start(b.Context(), img, v.Dir(), "s", "")
 		if err != nil {
 			b.Fatal(err)
 		}

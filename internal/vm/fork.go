@@ -26,13 +26,14 @@ type ForkStats struct {
 }
 
 // Fork makes children of running VM v: it pauses v, saves its state
-// (Save), calls inPause (nil: none) while v is still paused, resumes v,
+// (Save), calls inPause (nil: none) while v is still paused (it returns
+// each child's files, served at its /workspace, or nil: none), resumes v,
 // completes the fork point's memory image, and starts one VM per dirs[i]
 // (hostname names[i]) from it, concurrently. The fork point is immutable:
 // what v writes after the pause, no child sees, and the other way round.
 // A failure stops the children started, resumes v if it still runs, and
 // is returned.
-func Fork(ctx context.Context, v *VM, dirs, names []string, inPause func(context.Context) error) (_ []*VM, st ForkStats, err error) {
+func Fork(ctx context.Context, v *VM, dirs, names []string, inPause func(context.Context) ([]string, error)) (_ []*VM, st ForkStats, err error) {
 	t0 := time.Now()
 	point, err := os.MkdirTemp(v.dir, "fork-")
 	if err != nil {
@@ -43,8 +44,15 @@ func Fork(ctx context.Context, v *VM, dirs, names []string, inPause func(context
 		return nil, st, err
 	}
 	snap, err := v.Save(ctx, point)
+	files := make([]string, len(dirs))
 	if err == nil && inPause != nil {
-		err = inPause(ctx)
+		var fs []string
+		if fs, err = inPause(ctx); err == nil && fs != nil {
+			if len(fs) != len(dirs) {
+				err = fmt.Errorf("%d files for %d children", len(fs), len(dirs))
+			}
+			files = fs
+		}
 	}
 	if cerr := v.Cont(context.WithoutCancel(ctx)); cerr != nil && err == nil {
 		err = cerr
@@ -59,14 +67,14 @@ func Fork(ctx context.Context, v *VM, dirs, names []string, inPause func(context
 		return nil, st, err
 	}
 	st.Complete, st.Reflinked = time.Since(t1), snap.Reflinked
-	kids, running, reply, err := startAll(ctx, v.img, snap, dirs, names, t0)
+	kids, running, reply, err := startAll(ctx, v.img, snap, dirs, names, files, t0)
 	st.Running, st.Reply = running, reply
 	return kids, st, err
 }
 
 // startAll starts one VM per dir from snap, concurrently; on a failure it
 // kills those that started.
-func startAll(ctx context.Context, img *Image, snap *Snapshot, dirs, names []string, t0 time.Time) ([]*VM, []time.Duration, []time.Duration, error) {
+func startAll(ctx context.Context, img *Image, snap *Snapshot, dirs, names, files []string, t0 time.Time) ([]*VM, []time.Duration, []time.Duration, error) {
 	kids := make([]*VM, len(dirs))
 	running := make([]time.Duration, len(dirs))
 	reply := make([]time.Duration, len(dirs))
@@ -80,7 +88,7 @@ func startAll(ctx context.Context, img *Image, snap *Snapshot, dirs, names []str
 				return
 			}
 			var r time.Time
-			kids[i], errs[i] = start(ctx, img, dirs[i], names[i], &r)
+			kids[i], errs[i] = start(ctx, img, dirs[i], names[i], files[i], &r)
 			running[i], reply[i] = r.Sub(t0), time.Since(t0)
 		}()
 	}

@@ -95,7 +95,7 @@ func TestSuspendResume(t *testing.T) {
 	if syscall.Kill(v.Pid(), 0) == nil {
 		t.Fatal("the suspended VM's QEMU still runs")
 	}
-	w, err := Start(t.Context(), img, v.Dir(), "s1")
+	w, err := Start(t.Context(), img, v.Dir(), "s1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +111,8 @@ func TestKillMidFork(t *testing.T) {
 	img := image(t)
 	v := startVM(t, img, "k1")
 	dir := filepath.Join(t.TempDir(), "kc")
-	_, _, err := Fork(t.Context(), v, []string{dir}, []string{"kc"}, func(context.Context) error {
-		return syscall.Kill(v.Pid(), syscall.SIGKILL)
+	_, _, err := Fork(t.Context(), v, []string{dir}, []string{"kc"}, func(context.Context) ([]string, error) {
+		return nil, syscall.Kill(v.Pid(), syscall.SIGKILL)
 	})
 	if !errors.Is(err, ErrQEMUExited) {
 		t.Fatalf("fork with its source killed: %v, want ErrQEMUExited", err)

@@ -61,6 +61,7 @@ var modules = []string{
 	"kernel/drivers/virtio/virtio.ko",
 	"kernel/drivers/virtio/virtio_mmio.ko",
 	"kernel/drivers/char/virtio_console.ko",
+	"kernel/fs/fuse/fuse.ko", // the node's files at /workspace
 }
 
 func (c *Config) defaults() error {
@@ -249,7 +250,7 @@ func (img *Image) boot(ctx context.Context, dir string) (err error) {
 	if v.mon, err = dialQMP(bootCtx, filepath.Join(v.sock, "qmp"), v.exited); err != nil {
 		return v.why(err)
 	}
-	if v.agent, err = dialAgent(bootCtx, filepath.Join(v.sock, "agent"), "arbor"); err != nil {
+	if v.agent, err = dialAgent(bootCtx, filepath.Join(v.sock, "agent"), "arbor", ""); err != nil {
 		b, _ := os.ReadFile(filepath.Join(dir, logFile))
 		return fmt.Errorf("vm boot: %w (serial: %s)", v.why(err), tail(b, 2000))
 	}

@@ -72,14 +72,15 @@ func HasState(dir string) bool {
 }
 
 // Start starts a VM of img from the state in dir (Seed), named hostname,
-// and returns it running with its agent answering. ctx bounds the start,
-// not the VM.
-func Start(ctx context.Context, img *Image, dir, hostname string) (*VM, error) {
-	return start(ctx, img, dir, hostname, nil)
+// with files (a host directory; "" none) served at the guest's
+// /workspace, and returns it running with its agent answering. ctx bounds
+// the start, not the VM.
+func Start(ctx context.Context, img *Image, dir, hostname, files string) (*VM, error) {
+	return start(ctx, img, dir, hostname, files, nil)
 }
 
 // start is Start; running (if not nil) gets the time the CPUs ran.
-func start(ctx context.Context, img *Image, dir, hostname string, running *time.Time) (_ *VM, err error) {
+func start(ctx context.Context, img *Image, dir, hostname, files string, running *time.Time) (_ *VM, err error) {
 	mem := filepath.Join(dir, MemFile)
 	st, err := os.Stat(mem)
 	if err != nil {
@@ -114,7 +115,7 @@ func start(ctx context.Context, img *Image, dir, hostname string, running *time.
 	if running != nil {
 		*running = time.Now()
 	}
-	if v.agent, err = dialAgent(ctx, filepath.Join(v.sock, "agent"), hostname); err != nil {
+	if v.agent, err = dialAgent(ctx, filepath.Join(v.sock, "agent"), hostname, files); err != nil {
 		return nil, v.why(err)
 	}
 	return v, nil
@@ -165,8 +166,13 @@ func (v *VM) spawn(m machine) error {
 	return os.WriteFile(filepath.Join(v.dir, pidFile), []byte(strconv.Itoa(v.cmd.Process.Pid)), 0o600)
 }
 
-// why adds QEMU's own words to err when QEMU has exited.
+// why adds QEMU's own words to err when QEMU has exited (or exits within
+// a moment: a broken socket comes before the process's end is reaped).
 func (v *VM) why(err error) error {
+	select {
+	case <-v.exited:
+	case <-time.After(300 * time.Millisecond):
+	}
 	select {
 	case <-v.exited:
 		b, _ := os.ReadFile(filepath.Join(v.dir, "qemu.err"))

@@ -54,7 +54,7 @@ func startVM(t testing.TB, img *Image, name string) *VM {
 	if err := Seed(dir, img.Mem, img.Dev); err != nil {
 		t.Fatal(err)
 	}
-	v, err := Start(t.Context(), img, dir, name)
+	v, err := Start(t.Context(), img, dir, name, "")
 	if err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -102,5 +102,44 @@ func TestBootExec(t *testing.T) {
 	}
 	if b, err := v.ReadFile(t.Context(), "/tmp/f"); err != nil || string(b) != "data" {
 		t.Fatalf("read back %q %v", b, err)
+	}
+}
+
+// TestFiles: the node's files are the guest's /workspace, both ways.
+func TestFiles(t *testing.T) {
+	img := image(t)
+	files := t.TempDir()
+	os.WriteFile(filepath.Join(files, "a.txt"), []byte("host\n"), 0o644)
+	dir := filepath.Join(t.TempDir(), "f1")
+	if err := Seed(dir, img.Mem, img.Dev); err != nil {
+		t.Fatal(err)
+	}
+	v, err := Start(t.Context(), img, dir, "f1", files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Kill()
+	defer func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(dir, logFile))
+			t.Logf("serial: %s", b)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if os.Getenv("ARBOR_VM_DEBUG") != "" {
+		t.Logf("%s", sh(t, v, "grep workspace /proc/mounts; ls -la /dev/fuse; timeout 3 stat /workspace; echo rc=$?; ps"))
+	}
+	var out bytes.Buffer
+	x, err := v.Exec(ctx, Cmd{Argv: []string{"sh", "-c", "cat a.txt; mkdir -p d; echo guest > d/b.txt; mv d/b.txt d/c.txt; echo x >> d/c.txt; ls d"}, Cwd: "/workspace"},
+		func(s string, d []byte) error { out.Write(d); return nil })
+	if err != nil || x.Code != 0 {
+		t.Fatalf("exec: %+v %v: %s", x, err, out.String())
+	}
+	if out.String() != "host\nc.txt\n" {
+		t.Fatalf("output %q", out.String())
+	}
+	if b, err := os.ReadFile(filepath.Join(files, "d", "c.txt")); err != nil || string(b) != "guest\nx\n" {
+		t.Fatalf("host reads %q %v", b, err)
 	}
 }

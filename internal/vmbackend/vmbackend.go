@@ -21,18 +21,24 @@
 // point), and tree_resume brings it back from there (Caps.Lost is
 // LostSuspend).
 //
+// # Files
+//
+// The node's files are the guest's /workspace: a FUSE filesystem in the
+// guest's agent whose calls go to the host over the agent's
+// virtio-serial port, by path, confined to the node's files (os.Root).
+// The Debian cloud kernel has no 9p, a mounted virtio-9p export blocks
+// QEMU's migration, and virtio-fs (vhost-user) cannot be migrated; a
+// path-based channel forks with nothing to carry: a child's host serves
+// the child's files, and calls in flight at the fork are sent again to it.
+// Exec's Cwd is /workspace/<Cwd>.
+//
 // # Not yet
 //
-//   - The node's files are not in the guest: the Debian cloud kernel has
-//     no 9p, and virtio-fs (vhost-user) cannot be migrated, so the files
-//     need a channel of their own (a FUSE filesystem in the agent over the
-//     virtio-serial port, path-based so that a fork needs no server
-//     state). Exec's Cwd is /workspace/<Cwd> in the guest's own memory
-//     (a directory the agent makes), so what a command writes there forks
-//     with the VM but is not the node's files. The conformance suite's
-//     ExecEnvCwdFiles and ForkPausesSource check the files and fail here.
 //   - The guest is an initramfs (busybox): no python3 yet (an mmdebstrap
 //     root filesystem on a read-only disk is the next step).
+//   - A fork point's memory image is a copy of the source's image (its
+//     data, not its holes) with the pages it wrote: reflink on XFS/btrfs
+//     would share the blocks (vm.Snapshot.Reflinked says which happened).
 package vmbackend
 
 import (
@@ -123,6 +129,7 @@ type backend struct {
 
 	mu     sync.Mutex
 	held   map[string]*vm.VM // live VM, or nil: suspended
+	paths  map[string]string // files path of each node started
 	closed bool
 }
 
@@ -136,7 +143,7 @@ func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (engine.Back
 	if err != nil {
 		return nil, fmt.Errorf("vm backend: %w: image: %w", api.ErrInternal, err)
 	}
-	b := &backend{img: img, nodes: filepath.Join(bc.Dir, "nodes"), held: map[string]*vm.VM{}}
+	b := &backend{img: img, nodes: filepath.Join(bc.Dir, "nodes"), held: map[string]*vm.VM{}, paths: map[string]string{}}
 	if err := os.MkdirAll(b.nodes, 0o700); err != nil {
 		return nil, fmt.Errorf("vm backend: %w: %w", api.ErrInternal, err)
 	}
@@ -196,27 +203,42 @@ func (b *backend) Start(ctx context.Context, id, path string) error {
 	if _, ok := b.get(id); ok {
 		return api.Errorf(api.ErrExists, "vm backend: start %s: held already", id)
 	}
-	return b.fresh(ctx, id)
+	return b.fresh(ctx, id, path)
 }
 
 // fresh starts id from the image's template; b.op is held.
-func (b *backend) fresh(ctx context.Context, id string) error {
+func (b *backend) fresh(ctx context.Context, id, path string) error {
 	d := b.dir(id)
 	os.RemoveAll(d)
 	if err := vm.Seed(d, b.img.Mem, b.img.Dev); err != nil {
 		return fmt.Errorf("vm backend: start %s: %w: %w", id, api.ErrInternal, err)
 	}
-	return b.run(ctx, id)
+	return b.run(ctx, id, path)
 }
 
-// run starts id from the state in its directory; b.op is held.
-func (b *backend) run(ctx context.Context, id string) error {
-	v, err := vm.Start(ctx, b.img, b.dir(id), id)
+// run starts id from the state in its directory over its files at path;
+// b.op is held.
+func (b *backend) run(ctx context.Context, id, path string) error {
+	v, err := vm.Start(ctx, b.img, b.dir(id), id, path)
 	if err != nil {
 		return fmt.Errorf("vm backend: start %s: %w: %w", id, api.ErrInternal, err)
 	}
 	b.set(id, v)
+	b.setPath(id, path)
 	return nil
+}
+
+// setPath records id's files path, for a restart by Commit.
+func (b *backend) setPath(id, path string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.paths[id] = path
+}
+
+func (b *backend) path(id string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.paths[id]
 }
 
 func (b *backend) Fork(ctx context.Context, source string, children []string, files func(context.Context) ([]string, error)) error {
@@ -244,23 +266,24 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 		dirs = append(dirs, b.dir(c))
 		os.RemoveAll(b.dir(c))
 	}
-	filesStep := func(ctx context.Context) error {
+	filesStep := func(ctx context.Context) ([]string, error) {
 		paths, err := files(ctx)
 		if err == nil && len(paths) != len(children) {
 			err = fmt.Errorf("files step returned %d paths for %d children", len(paths), len(children))
 		}
-		return err
+		return paths, err
 	}
 	if src == nil {
 		// A suspended source: its saved state is the fork point.
-		if err := filesStep(ctx); err != nil {
+		paths, err := filesStep(ctx)
+		if err != nil {
 			return fmt.Errorf("vm backend: fork of %s: %w", source, err)
 		}
 		var started []string
-		for _, c := range children {
+		for i, c := range children {
 			err := vm.Seed(b.dir(c), filepath.Join(b.dir(source), vm.MemFile), filepath.Join(b.dir(source), vm.DevFile))
 			if err == nil {
-				err = b.run(ctx, c)
+				err = b.run(ctx, c, paths[i])
 			}
 			if err != nil {
 				for _, s := range started {
@@ -273,7 +296,12 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 		}
 		return nil
 	}
-	kids, _, err := vm.Fork(ctx, src, dirs, children, filesStep)
+	var kidPaths []string
+	kids, _, err := vm.Fork(ctx, src, dirs, children, func(ctx context.Context) ([]string, error) {
+		p, err := filesStep(ctx)
+		kidPaths = p
+		return p, err
+	})
 	if err != nil {
 		for _, d := range dirs {
 			os.RemoveAll(d)
@@ -288,6 +316,7 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 	}
 	for i, c := range children {
 		b.set(c, kids[i])
+		b.setPath(c, kidPaths[i])
 	}
 	return nil
 }
@@ -323,11 +352,11 @@ func (b *backend) Resume(ctx context.Context, id, path string) error {
 	v, ok := b.get(id)
 	switch {
 	case !ok:
-		return b.fresh(ctx, id)
+		return b.fresh(ctx, id, path)
 	case v != nil:
 		return api.Errorf(api.ErrState, "vm backend: resume %s: live", id)
 	}
-	return b.run(ctx, id)
+	return b.run(ctx, id, path)
 }
 
 func (b *backend) Commit(ctx context.Context, child, parent string) error {
@@ -356,7 +385,7 @@ func (b *backend) Commit(ctx context.Context, child, parent string) error {
 		b.set(parent, nil) // suspended, at the child's state
 		return nil
 	}
-	return b.run(ctx, parent)
+	return b.run(ctx, parent, b.path(parent))
 }
 
 func (b *backend) Stop(ctx context.Context, id string) error {

@@ -47,7 +47,11 @@ func Main() {
 		logf("arbor-guest: setup: %v", err)
 	}
 	a := &agent{execs: map[uint64]*execution{}, pids: map[int]*execution{}}
+	a.fs = &remote{a: a, pending: map[uint64]*fsCall{}}
 	go a.reap()
+	if err := mountWorkspace(a.fs); err != nil {
+		logf("arbor-guest: mount %s: %v", WorkspaceDir, err)
+	}
 	for {
 		port, err := openPort()
 		if err != nil {
@@ -80,7 +84,7 @@ func setup() error {
 			logf("arbor-guest: mount %s: %v", m.dst, err)
 		}
 	}
-	os.MkdirAll("/workspace", 0o755)
+	os.MkdirAll(WorkspaceDir, 0o755)
 	if f, err := os.OpenFile("/dev/console", os.O_WRONLY, 0); err == nil {
 		unix.Dup2(int(f.Fd()), 1)
 		unix.Dup2(int(f.Fd()), 2)
@@ -125,19 +129,23 @@ func openPort() (*os.File, error) {
 type agent struct {
 	wmu sync.Mutex // one frame at a time on the port
 	w   io.Writer
+	fs  *remote // the node's files at /workspace
+
+	pmu  sync.Mutex         // the reaper's and process starts': guards pids
+	pids map[int]*execution // by pid, every session's running execs
 
 	mu      sync.Mutex
 	session string
 	execs   map[uint64]*execution // by request id, this session's
-	pids    map[int]*execution    // by pid, every session's running execs
 }
 
 type execution struct {
 	id      uint64
 	session string
-	pid     int
-	stdin   *os.File
-	status  chan syscall.WaitStatus
+	pid     int                     // guarded by agent.mu
+	in      chan *wire.Msg          // stdin frames
+	ended   chan struct{}           // closed when the process ended
+	status  chan syscall.WaitStatus // from the reaper
 }
 
 // send writes m if it belongs to the current session (session "" always).
@@ -215,6 +223,8 @@ func (a *agent) handle(m *wire.Msg) {
 		if e != nil && e.pid > 0 {
 			unix.Kill(-e.pid, unix.SIGKILL)
 		}
+	case wire.OpFSR:
+		a.fs.reply(m)
 	case wire.OpRead:
 		go a.read(session, m)
 	case wire.OpWrite:
@@ -227,11 +237,7 @@ func (a *agent) handle(m *wire.Msg) {
 func (a *agent) hello(m *wire.Msg) {
 	a.mu.Lock()
 	a.session = m.Session
-	for id, e := range a.execs {
-		if e.stdin != nil {
-			e.stdin.Close()
-			e.stdin = nil
-		}
+	for id := range a.execs {
 		delete(a.execs, id)
 	}
 	a.mu.Unlock()
@@ -242,6 +248,8 @@ func (a *agent) hello(m *wire.Msg) {
 		reseed(m.Seed)
 	}
 	a.send(m.Session, &wire.Msg{Op: wire.OpReady, Session: m.Session})
+	// File calls the last host never answered go to this one.
+	a.fs.resend()
 }
 
 // reseed mixes seed into the kernel's pool, credited, and reseeds the
@@ -274,7 +282,7 @@ func (a *agent) reap() {
 	for {
 		for {
 			var ws syscall.WaitStatus
-			a.mu.Lock()
+			a.pmu.Lock()
 			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
 			if pid > 0 {
 				if e := a.pids[pid]; e != nil {
@@ -282,7 +290,7 @@ func (a *agent) reap() {
 					e.status <- ws
 				}
 			}
-			a.mu.Unlock()
+			a.pmu.Unlock()
 			if pid <= 0 || err != nil {
 				break
 			}
@@ -312,60 +320,97 @@ func mergeEnv(env []string) []string {
 }
 
 func (a *agent) exec(session string, m *wire.Msg) {
-	start := func() (*execution, []*os.File, error) {
-		if len(m.Argv) == 0 {
-			return nil, nil, errors.New("empty argv")
+	// Registered here, in the reader, so that its stdin frames find it;
+	// started in a goroutine: the start may wait on /workspace, whose
+	// file calls' replies this reader must read.
+	e := &execution{id: m.ID, session: session, in: make(chan *wire.Msg, 1024), ended: make(chan struct{}), status: make(chan syscall.WaitStatus, 1)}
+	a.mu.Lock()
+	a.execs[m.ID] = e
+	a.mu.Unlock()
+	go func() {
+		outs, err := a.start(m, e)
+		if err != nil {
+			a.mu.Lock()
+			delete(a.execs, m.ID)
+			a.mu.Unlock()
+			a.send(session, &wire.Msg{Op: wire.OpExit, ID: m.ID, Err: err.Error(), Code: 127})
+			return
 		}
-		prog := m.Argv[0]
-		if !strings.Contains(prog, "/") {
-			p, err := lookPath(prog, mergeEnv(m.Env))
-			if err != nil {
-				return nil, nil, err
+		a.run(session, m, e, outs)
+	}()
+}
+
+// start starts e's process, its stdin fed from e.in.
+func (a *agent) start(m *wire.Msg, e *execution) ([]*os.File, error) {
+	if len(m.Argv) == 0 {
+		return nil, errors.New("empty argv")
+	}
+	prog := m.Argv[0]
+	if !strings.Contains(prog, "/") {
+		p, err := lookPath(prog, mergeEnv(m.Env))
+		if err != nil {
+			return nil, err
+		}
+		prog = p
+	}
+	var fds [6]*os.File // in r/w, out r/w, err r/w
+	for i := 0; i < 6; i += 2 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, f := range fds[:i] {
+				f.Close()
 			}
-			prog = p
+			return nil, err
 		}
-		inR, inW, err := os.Pipe()
-		if err != nil {
-			return nil, nil, err
-		}
-		outR, outW, err := os.Pipe()
-		if err != nil {
-			return nil, nil, err
-		}
-		errR, errW, err := os.Pipe()
-		if err != nil {
-			return nil, nil, err
-		}
-		cwd := m.Cwd
-		if cwd == "" {
-			cwd = "/"
-		}
-		e := &execution{id: m.ID, session: session, stdin: inW, status: make(chan syscall.WaitStatus, 1)}
+		fds[i], fds[i+1] = r, w
+	}
+	argv := m.Argv
+	if m.Cwd != "" && m.Cwd != "/" {
+		// The shell changes directory, not the fork: the fork holds Go's
+		// ForkLock until the exec, and a chdir into /workspace waits on
+		// this process's FUSE server, which may need that lock (a pipe).
+		argv = append([]string{"/bin/sh", "-c", `cd "$0" && exec "$@"`, m.Cwd, prog}, m.Argv[1:]...)
+		prog = "/bin/sh"
+	}
+	a.pmu.Lock()
+	p, err := os.StartProcess(prog, argv, &os.ProcAttr{Dir: "/", Env: mergeEnv(m.Env), Files: []*os.File{fds[0], fds[3], fds[5]},
+		Sys: &syscall.SysProcAttr{Setpgid: true}})
+	if err == nil {
 		a.mu.Lock()
-		defer a.mu.Unlock()
-		p, err := os.StartProcess(prog, m.Argv, &os.ProcAttr{Dir: cwd, Env: mergeEnv(m.Env), Files: []*os.File{inR, outW, errW},
-			Sys: &syscall.SysProcAttr{Setpgid: true}})
-		inR.Close()
-		outW.Close()
-		errW.Close()
-		if err != nil {
-			inW.Close()
-			outR.Close()
-			errR.Close()
-			return nil, nil, err
-		}
 		e.pid = p.Pid
+		a.mu.Unlock()
+		a.pids[p.Pid] = e
 		p.Release()
-		a.pids[e.pid] = e
-		a.execs[m.ID] = e
-		return e, []*os.File{outR, errR}, nil
 	}
-	e, outs, err := start()
+	a.pmu.Unlock()
+	fds[0].Close()
+	fds[3].Close()
+	fds[5].Close()
 	if err != nil {
-		a.send(session, &wire.Msg{Op: wire.OpExit, ID: m.ID, Err: err.Error(), Code: 127})
-		return
+		fds[1].Close()
+		fds[2].Close()
+		fds[4].Close()
+		return nil, err
 	}
-	go a.run(session, m, e, outs)
+	go func() {
+		defer fds[1].Close()
+		for {
+			select {
+			case in := <-e.in:
+				if len(in.Data) > 0 {
+					if _, err := fds[1].Write(in.Data); err != nil {
+						return
+					}
+				}
+				if in.EOF {
+					return
+				}
+			case <-e.ended:
+				return
+			}
+		}
+	}()
+	return []*os.File{fds[2], fds[4]}, nil
 }
 
 // run streams e's output and reports its end.
@@ -408,11 +453,8 @@ func (a *agent) run(session string, m *wire.Msg, e *execution, outs []*os.File) 
 	// that its pipes close.
 	unix.Kill(-e.pid, unix.SIGKILL)
 	wg.Wait()
+	close(e.ended)
 	a.mu.Lock()
-	if e.stdin != nil {
-		e.stdin.Close()
-		e.stdin = nil
-	}
 	delete(a.execs, m.ID)
 	a.mu.Unlock()
 	x := &wire.Msg{Op: wire.OpExit, ID: m.ID}
@@ -430,22 +472,12 @@ func (a *agent) run(session string, m *wire.Msg, e *execution, outs []*os.File) 
 func (a *agent) stdin(m *wire.Msg) {
 	a.mu.Lock()
 	e := a.execs[m.ID]
-	var f *os.File
-	if e != nil {
-		f = e.stdin
-		if m.EOF {
-			e.stdin = nil
-		}
-	}
 	a.mu.Unlock()
-	if f == nil {
-		return
-	}
-	if len(m.Data) > 0 {
-		f.Write(m.Data)
-	}
-	if m.EOF {
-		f.Close()
+	if e != nil {
+		select {
+		case e.in <- m:
+		case <-e.ended:
+		}
 	}
 }
 

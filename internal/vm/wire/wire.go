@@ -57,6 +57,8 @@ const (
 	OpWrite = "write" // host -> guest: write Data to Path (Mode); reply: done
 	OpFile  = "file"  // guest -> host: Data of Path (Mode), or Err
 	OpDone  = "done"  // guest -> host: a call without data succeeded, or Err
+	OpFS    = "fs"    // guest -> host: a file call on the node's files (FS, Path...); reply: fsr
+	OpFSR   = "fsr"   // host -> guest: the file call's reply (Errno, Stat, Ents, Data)
 )
 
 // Msg is every message; each op uses the fields it names.
@@ -86,6 +88,62 @@ type Msg struct {
 	// exit
 	Code   int    `json:"code,omitempty"`
 	Signal string `json:"signal,omitempty"`
+
+	// fs, fsr: a file call on the node's files, Path relative to their
+	// top ("" is the top).
+	FS    string   `json:"fs,omitempty"`
+	Path2 string   `json:"path2,omitempty"` // rename's target, symlink's target
+	Off   int64    `json:"off,omitempty"`
+	Size  int64    `json:"size,omitempty"`
+	Flags uint32   `json:"flags,omitempty"` // setattr: which of Mode, Size, times; create: O_EXCL
+	Errno int      `json:"errno,omitempty"`
+	Stat  *Stat    `json:"stat,omitempty"`
+	Ents  []Dirent `json:"ents,omitempty"`
+	Atime int64    `json:"atime,omitempty"`
+	Mtime int64    `json:"mtime,omitempty"`
+}
+
+// File calls (Msg.FS).
+const (
+	FSStat     = "stat"     // Path -> Stat (lstat)
+	FSReaddir  = "readdir"  // Path -> Ents
+	FSRead     = "read"     // Path, Off, Size -> Data
+	FSWrite    = "write"    // Path, Off, Data -> Size written
+	FSCreate   = "create"   // Path, Mode, Flags (SetExcl) -> Stat
+	FSMkdir    = "mkdir"    // Path, Mode -> Stat
+	FSRemove   = "remove"   // Path (a file or an empty directory)
+	FSRename   = "rename"   // Path -> Path2
+	FSSetattr  = "setattr"  // Path, Flags (SetMode, SetSize, SetTimes), Mode, Size, Atime, Mtime -> Stat
+	FSReadlink = "readlink" // Path -> Path2
+	FSSymlink  = "symlink"  // Path (the link), Path2 (its target) -> Stat
+)
+
+// Setattr's and create's flags.
+const (
+	SetMode = 1 << iota
+	SetSize
+	SetTimes
+	SetExcl
+)
+
+// Stat is a file's attributes.
+type Stat struct {
+	Mode  uint32 `json:"mode"` // st_mode: type and permissions
+	Size  int64  `json:"size"`
+	Ino   uint64 `json:"ino"`
+	Nlink uint32 `json:"nlink"`
+	Uid   uint32 `json:"uid"`
+	Gid   uint32 `json:"gid"`
+	Atime int64  `json:"atime"` // ns
+	Mtime int64  `json:"mtime"`
+	Ctime int64  `json:"ctime"`
+}
+
+// Dirent is one directory entry.
+type Dirent struct {
+	Name string `json:"name"`
+	Mode uint32 `json:"mode"` // type bits
+	Ino  uint64 `json:"ino"`
 }
 
 // Encode returns m as one frame.
