@@ -9,8 +9,8 @@ import (
 	"io"
 	"net"
 	"os"
-	"syscall"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/arbor-dev/arbor/internal/vm/wire"
