@@ -281,12 +281,13 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 // when this process can run sandboxes (root, cgroups, and a binary that
 // calls jail.Main first), vm where QEMU, a guest kernel and the guest agent
 // (arbor-guest, next to this binary or on PATH) are (its images cached in
-// HOME/images/vm); otherwise tree_create --backend jail gets the engine's
+// HOME/images/vm, with the host's python3 in the guest where there is
+// one); otherwise tree_create --backend jail gets the engine's
 // "unknown; this daemon serves dir".
 func backends(home string, log *slog.Logger) map[string]engine.OpenBackend {
 	out := map[string]engine.OpenBackend{engine.BackendDir: engine.OpenDirBackend}
 	agent, _ := vmbackend.FindAgent()
-	vcfg := vmbackend.Config{VM: vm.Config{Home: filepath.Join(home, "images", "vm"), Agent: agent}}
+	vcfg := vmbackend.Config{VM: vm.Config{Home: filepath.Join(home, "images", "vm"), Agent: agent, Include: vm.PythonInclude()}}
 	if err := vmbackend.Available(vcfg); err != nil {
 		if log != nil {
 			log.Info("backend vm not served", "why", err)

@@ -3,13 +3,26 @@ package vm
 import (
 	"fmt"
 	"io"
+	"path"
 )
 
 // cpioWriter writes a newc ("070701") archive, the initramfs format.
 type cpioWriter struct {
-	w   io.Writer
-	ino uint32
-	err error
+	w    io.Writer
+	ino  uint32
+	err  error
+	dirs map[string]bool // directories written
+}
+
+// Parents adds the directories above name not written yet.
+func (c *cpioWriter) Parents(name string) {
+	for d := path.Dir(name); d != "." && d != "/"; d = path.Dir(d) {
+		if c.dirs[d] {
+			break
+		}
+		c.Parents(d)
+		c.Dir(d)
+	}
 }
 
 func (c *cpioWriter) header(name string, mode, rdevMajor, rdevMinor uint32, size int) {
@@ -40,7 +53,15 @@ func (c *cpioWriter) pad(n int) {
 }
 
 // Dir adds a directory.
-func (c *cpioWriter) Dir(name string) { c.header(name, 0o040755, 0, 0, 0) }
+func (c *cpioWriter) Dir(name string) {
+	if c.dirs[name] {
+		return
+	}
+	if c.dirs != nil {
+		c.dirs[name] = true
+	}
+	c.header(name, 0o040755, 0, 0, 0)
+}
 
 // File adds a regular file of mode perm with data.
 func (c *cpioWriter) File(name string, perm uint32, data []byte) {

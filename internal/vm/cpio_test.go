@@ -31,7 +31,7 @@ func TestInitrd(t *testing.T) {
 	if d := os.Getenv("ARBOR_VM_INITRD_OUT"); d != "" {
 		p = d
 	}
-	if err := packInitrd(p, cfg, filepath.Join("/usr/lib/modules", kernelVersion(cfg.Kernel))); err != nil {
+	if err := packInitrd(p, cfg, filepath.Join("/usr/lib/modules", kernelVersion(cfg.Kernel)), nil); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command("sh", "-c", "cpio -t < "+p).CombinedOutput()

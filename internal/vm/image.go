@@ -36,6 +36,12 @@ type Config struct {
 	// Busybox is a static busybox ("" is /bin/busybox): the guest's shell
 	// and tools.
 	Busybox string
+	// Include are host paths (files, directories) copied into the guest at
+	// the same paths, with the shared libraries their executables need
+	// (ldd): e.g. /usr/bin/python3 and /usr/lib/python3.11 for a python3
+	// guest. A directory's test suites and GUI toolkits are left out
+	// (includeSkip).
+	Include []string
 	// Progress, if set, is told each step of a build.
 	Progress func(step string)
 }
@@ -118,6 +124,13 @@ func Build(ctx context.Context, cfg Config) (*Image, error) {
 	for _, m := range modules {
 		inputs = append(inputs, filepath.Join(modDir, m))
 	}
+	inc, err := collectIncludes(cfg.Include)
+	if err != nil {
+		return nil, fmt.Errorf("vm image input: %w", err)
+	}
+	for _, f := range inc {
+		fmt.Fprintf(h, "include %s %s %d %d\n", f.path, f.link, f.size, f.mtime)
+	}
 	for _, p := range inputs {
 		f, err := os.Open(p)
 		if err != nil {
@@ -152,7 +165,7 @@ func Build(ctx context.Context, cfg Config) (*Image, error) {
 	}
 	defer os.RemoveAll(tmp)
 	progress("initramfs")
-	if err := packInitrd(filepath.Join(tmp, "initrd"), cfg, modDir); err != nil {
+	if err := packInitrd(filepath.Join(tmp, "initrd"), cfg, modDir, inc); err != nil {
 		return nil, err
 	}
 	b := *img
@@ -176,9 +189,9 @@ func Build(ctx context.Context, cfg Config) (*Image, error) {
 	return img, nil
 }
 
-func packInitrd(path string, cfg Config, modDir string) error {
+func packInitrd(path string, cfg Config, modDir string, inc []included) error {
 	var buf bytes.Buffer
-	c := &cpioWriter{w: &buf}
+	c := &cpioWriter{w: &buf, dirs: map[string]bool{}}
 	for _, d := range []string{"bin", "sbin", "usr", "usr/bin", "usr/sbin", "etc", "etc/arbor", "proc", "sys", "dev", "tmp", "run", "root", "lib", "lib/modules", "mnt"} {
 		c.Dir(d)
 	}
@@ -216,6 +229,22 @@ func packInitrd(path string, cfg Config, modDir string) error {
 	c.File("etc/arbor/modules", 0o644, []byte(strings.Join(list, "\n")+"\n"))
 	c.File("etc/hostname", 0o644, []byte("arbor\n"))
 	c.File("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\n"))
+	for _, f := range inc {
+		name := strings.TrimPrefix(f.path, "/")
+		c.Parents(name)
+		switch {
+		case f.dir:
+			c.Dir(name)
+		case f.link != "":
+			c.Symlink(name, f.link)
+		default:
+			b, err := os.ReadFile(f.path)
+			if err != nil {
+				return err
+			}
+			c.File(name, f.mode, b)
+		}
+	}
 	if err := c.Close(); err != nil {
 		return err
 	}

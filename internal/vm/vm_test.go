@@ -39,7 +39,7 @@ func image(t testing.TB) *Image {
 			imgErr = fmt.Errorf("build the agent: %v: %s", err, out)
 			return
 		}
-		testImg, imgErr = Build(context.Background(), Config{Home: home, Agent: agent})
+		testImg, imgErr = Build(context.Background(), Config{Home: home, Agent: agent, Include: PythonInclude()})
 	})
 	if imgErr != nil {
 		t.Fatalf("image: %v", imgErr)
@@ -141,5 +141,17 @@ func TestFiles(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(files, "d", "c.txt")); err != nil || string(b) != "guest\nx\n" {
 		t.Fatalf("host reads %q %v", b, err)
+	}
+}
+
+// TestPython: an image built with PythonInclude runs the host's python3.
+func TestPython(t *testing.T) {
+	img := image(t)
+	if PythonInclude() == nil {
+		testenv.Missing(t, testenv.Python, "no /usr/bin/python3 to include")
+	}
+	v := startVM(t, img, "py")
+	if got := sh(t, v, `python3 -c 'import hashlib, json, sys; print(json.dumps([sys.version_info[0], hashlib.sha256(b"x").hexdigest()[:8]]))'`); got != "[3, \"2d711642\"]\n" {
+		t.Fatalf("python3 says %q", got)
 	}
 }

@@ -34,8 +34,10 @@
 //
 // # Not yet
 //
-//   - The guest is an initramfs (busybox): no python3 yet (an mmdebstrap
-//     root filesystem on a read-only disk is the next step).
+//   - The guest is an initramfs in the guest's RAM: busybox, and the
+//     host's python3 where the daemon includes it (vm.PythonInclude); an
+//     mmdebstrap root filesystem on a read-only disk (internal/image) is
+//     the next step.
 //   - A fork point's memory image is a copy of the source's image (its
 //     data, not its holes) with the pages it wrote: reflink on XFS/btrfs
 //     would share the blocks (vm.Snapshot.Reflinked says which happened).

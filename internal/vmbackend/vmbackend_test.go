@@ -43,7 +43,7 @@ func testConfig(t *testing.T) Config {
 	if agentErr != nil {
 		t.Fatal(agentErr)
 	}
-	return Config{VM: vm.Config{Home: home, Agent: agentPath}}
+	return Config{VM: vm.Config{Home: home, Agent: agentPath, Include: vm.PythonInclude()}}
 }
 
 func TestConformance(t *testing.T) {
