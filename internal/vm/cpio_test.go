@@ -44,3 +44,26 @@ func TestInitrd(t *testing.T) {
 		}
 	}
 }
+
+// TestSeedCopiesAcrossFilesystems: where a link cannot be made (another
+// filesystem), Seed copies the state.
+func TestSeedCopiesAcrossFilesystems(t *testing.T) {
+	src := t.TempDir()
+	for _, f := range []string{"m", "d"} {
+		if err := os.WriteFile(filepath.Join(src, f), []byte("state "+f), 0o400); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dst := "/dev/shm/arbor-vm-seed-test" // tmpfs: another filesystem than TempDir's, mostly
+	os.RemoveAll(dst)
+	t.Cleanup(func() { os.RemoveAll(dst) })
+	if err := Seed(dst, filepath.Join(src, "m"), filepath.Join(src, "d")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, MemFile)); err != nil || string(b) != "state m" {
+		t.Fatalf("mem %q %v", b, err)
+	}
+	if !HasState(dst) {
+		t.Fatal("no state after Seed")
+	}
+}

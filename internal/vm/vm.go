@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The files of a VM's state directory.
@@ -54,7 +57,13 @@ func Seed(dir, mem, dev string) error {
 		to := filepath.Join(dir, f.to)
 		tmp := to + ".new"
 		os.Remove(tmp)
-		if err := os.Link(f.from, tmp); err != nil {
+		if err := os.Link(f.from, tmp); errors.Is(err, syscall.EXDEV) {
+			// Another filesystem: a copy (reflinked where it can be),
+			// which shares no page cache with the image.
+			if err := copyFile(f.from, tmp); err != nil {
+				return err
+			}
+		} else if err != nil {
 			return err
 		}
 		if err := os.Rename(tmp, to); err != nil {
@@ -375,4 +384,25 @@ func ReapDir(dir string) {
 		}
 	}
 	os.Remove(filepath.Join(dir, pidFile))
+}
+
+// copyFile copies from to a new file to: a reflink (FICLONE) where the
+// filesystem shares blocks, copy_file_range otherwise.
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o400)
+	if err != nil {
+		return err
+	}
+	if unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) != nil {
+		_, err = io.Copy(out, in)
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
