@@ -19,6 +19,7 @@ require (
 	go.etcd.io/bbolt v1.4.3
 	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.50.0
+	golang.org/x/term v0.47.0
 	pgregory.net/rapid v1.2.0
 )
 

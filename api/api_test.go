@@ -91,3 +91,32 @@ func TestErrorTable(t *testing.T) {
 		t.Errorf("not_supported row: %+v", ns)
 	}
 }
+
+// TestCollector: the collected form keeps the last Max bytes of each
+// stream, in order, and says when it dropped some.
+func TestCollector(t *testing.T) {
+	var c api.Collector
+	c.Max = 10
+	for _, s := range []string{"abc", "defg", "hij"} { // exactly 10
+		c.Add(api.ExecOutput{Stream: "stdout", Data: []byte(s)})
+	}
+	c.Add(api.ExecOutput{Stream: "stderr", Data: []byte("\xff\xfe")})
+	r := c.Result(api.ExecExit{ExitCode: 3})
+	if r.Stdout != "abcdefghij" || r.Truncated || r.ExitCode != 3 || string(r.StderrB64) != "\xff\xfe" || r.Stderr != "" {
+		t.Fatalf("%+v", r)
+	}
+	c.Add(api.ExecOutput{Stream: "stdout", Data: []byte("klm")})
+	if r := c.Result(api.ExecExit{}); r.Stdout != "defghijklm" || !r.Truncated {
+		t.Fatalf("after wrapping: %+v", r)
+	}
+	c.Add(api.ExecOutput{Stream: "stdout", Data: []byte("0123456789ABCDEF")})
+	if r := c.Result(api.ExecExit{}); r.Stdout != "6789ABCDEF" {
+		t.Fatalf("a chunk larger than Max: %q", r.Stdout)
+	}
+	for i := range 25 {
+		c.Add(api.ExecOutput{Stream: "stdout", Data: []byte{byte('a' + i)}})
+	}
+	if r := c.Result(api.ExecExit{}); r.Stdout != "pqrstuvwxy" {
+		t.Fatalf("byte by byte: %q", r.Stdout)
+	}
+}

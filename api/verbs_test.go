@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/url"
 	"reflect"
 	"slices"
@@ -51,12 +52,13 @@ func TestVerbTable(t *testing.T) {
 			}
 			continue
 		}
-		key := v.Method + " " + v.Path
+		key := v.Method + " " + v.Path + "?" + v.Flag
 		if prev, dup := routes[key]; dup && !(prev == api.OpTreeFork && v.Op == api.OpTreeForkBatch) {
 			t.Errorf("%s and %s share the route %s", prev, v.Op, key)
 		}
 		routes[key] = v.Op
-		full := api.Request{Op: v.Op, TreeID: "t/1", NodeID: "n 2", SourceID: "s3", Label: "l", Labels: []string{"a"}, Base: "/b", Backend: "dir"}
+		full := api.Request{Op: v.Op, TreeID: "t/1", NodeID: "n 2", SourceID: "s3", Label: "l", Labels: []string{"a"}, Base: "/b", Backend: "dir", Image: "py", Network: "outbound",
+			Suite: "bookworm", Variant: "minbase", Packages: []string{"hello"}}
 		path, err := v.HTTPPath(full, url.PathEscape)
 		if err != nil {
 			t.Errorf("%s: HTTPPath: %v", v.Op, err)
@@ -108,6 +110,59 @@ func TestVerbTable(t *testing.T) {
 	}
 	if _, ok := api.Lookup("tree_explode"); ok {
 		t.Error("Lookup knows an op the table does not have")
+	}
+}
+
+// TestFilesRoute: a file verb's path and query go over HTTP and come back
+// as they were (escaped segment by segment), and a bad query value is a
+// bad request.
+func TestFilesRoute(t *testing.T) {
+	for _, tc := range []api.Request{
+		{Op: api.OpFileRead, TreeID: "t", NodeID: "n1", Path: "a b/c%d/é?x#y"},
+		{Op: api.OpFileWrite, TreeID: "t", NodeID: "n1", Path: "/tmp/x", Mode: 0o750},
+		{Op: api.OpFileMkdir, TreeID: "t", NodeID: "n1", Path: "d/e"},
+		{Op: api.OpFileRemove, TreeID: "t", NodeID: "n1", Path: "d", Recursive: true},
+		{Op: api.OpFileList, TreeID: "t", NodeID: "n1", Path: ""},
+		{Op: api.OpExecLogs, TreeID: "t", NodeID: "n1", ProcessID: "p7", Follow: true},
+	} {
+		v, _ := api.Lookup(tc.Op)
+		p, err := v.HTTPPath(tc, url.PathEscape)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.Op, err)
+		}
+		u, err := url.Parse("http://h" + p)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", tc.Op, p, err)
+		}
+		if v.Flag != "" && u.Query().Get(v.Flag) != "1" {
+			t.Errorf("%s: %s lacks ?%s", tc.Op, p, v.Flag)
+		}
+		prefix := "/v1/trees/t/nodes/n1/files/"
+		back := api.Request{}
+		v.FromPath(&back, func(k string) string {
+			switch k {
+			case "tree":
+				return "t"
+			case "node":
+				return "n1"
+			}
+			return strings.TrimPrefix(u.Path, prefix)
+		})
+		if err := v.FromQuery(&back, u.Query()); err != nil {
+			t.Fatalf("%s: FromQuery: %v", tc.Op, err)
+		}
+		want := tc
+		want.Path = strings.TrimLeft(tc.Path, "/")
+		if !reflect.DeepEqual(back, want) {
+			t.Errorf("%s: %s came back %+v, want %+v", tc.Op, p, back, want)
+		}
+	}
+	v, _ := api.Lookup(api.OpFileWrite)
+	for _, bad := range []string{"mode=rw", "mode=077777", "mode=-1"} {
+		q, _ := url.ParseQuery(bad)
+		if err := v.FromQuery(&api.Request{}, q); !errors.Is(err, api.ErrBadRequest) {
+			t.Errorf("?%s: %v, want bad request", bad, err)
+		}
 	}
 }
 

@@ -2,7 +2,9 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -140,8 +142,11 @@ func (c *Client) put(cn *conn) {
 // Do sends one request and returns its reply. A reply with status "error"
 // is returned as an *api.Error (and the reply itself).
 func (c *Client) Do(ctx context.Context, req api.Request) (api.Response, error) {
-	if req.Op == api.OpTreeWatch {
+	switch req.Op {
+	case api.OpTreeWatch:
 		return api.Response{}, fmt.Errorf("arbor client: use Watch for %s: %w", req.Op, api.ErrBadRequest)
+	case api.OpImageBuild: // a stream: its progress dropped, its last reply returned (as HTTP's collected form)
+		return c.BuildImage(ctx, req, nil)
 	}
 	line, err := json.Marshal(req)
 	if err != nil {
@@ -247,11 +252,35 @@ func (cn *conn) read() (api.Response, error) {
 	if err != nil {
 		return api.Response{}, err
 	}
+	if d, ok := dataLine(b); ok {
+		return api.Response{Status: api.StatusFileData, Data: d}, nil
+	}
 	var resp api.Response
 	if err := json.Unmarshal(b, &resp); err != nil {
 		return api.Response{}, fmt.Errorf("decoding reply: %w", err)
 	}
 	return resp, nil
+}
+
+// dataPrefix begins a file_read's data line as the daemon writes it.
+var dataPrefix = []byte(`{"status":"` + api.StatusFileData + `","data_b64":"`)
+
+// dataLine decodes a file_data line without the JSON decoder, whose
+// scanning of half a megabyte of base64 costs more than the bytes' copy;
+// any other line, or one this does not recognise whole, is not one (ok
+// false: json decodes it).
+func dataLine(b []byte) (data []byte, ok bool) {
+	b = bytes.TrimRight(b, "\r\n")
+	if !bytes.HasPrefix(b, dataPrefix) || !bytes.HasSuffix(b, []byte(`"}`)) {
+		return nil, false
+	}
+	enc := b[len(dataPrefix) : len(b)-2]
+	data = make([]byte, base64.StdEncoding.DecodedLen(len(enc)))
+	n, err := base64.StdEncoding.Decode(data, enc)
+	if err != nil {
+		return nil, false
+	}
+	return data[:n], true
 }
 
 func readLine(br *bufio.Reader) ([]byte, error) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 
 	"github.com/arbor-dev/arbor/api"
 )
@@ -57,5 +59,87 @@ func (c *Client) Exec(ctx context.Context, req api.Request, out func(api.ExecOut
 		default:
 			return fail(fmt.Errorf("%w: unexpected reply %q", api.ErrInternal, resp.Status))
 		}
+	}
+}
+
+// ExecInput is Exec with the command's standard input forwarded from stdin
+// as it comes (nil: none; EOF when stdin ends) and, for a tty command
+// (req.TTY, req.Rows, req.Cols), its window resized to each size resize
+// sends. The exec's connection ends with it. stdin is read by a goroutine
+// of its own, which returns at stdin's next Read after the exec ended (a
+// terminal's Read may take until the next key): give a reader that ends,
+// or one the caller can close, when that matters.
+func (c *Client) ExecInput(ctx context.Context, req api.Request, stdin io.Reader, resize <-chan api.Input, out func(api.ExecOutput) error) (api.ExecExit, error) {
+	if stdin == nil && resize == nil {
+		return c.Exec(ctx, req, out)
+	}
+	req.Op, req.Input = api.OpTreeExec, true
+	var x *api.ExecExit
+	send := func(nc net.Conn, stop <-chan struct{}) error {
+		done := make(chan struct{})
+		defer close(done)
+		chunks := make(chan []byte)
+		if stdin != nil {
+			go func() { // not waited for: see the doc comment
+				defer close(chunks)
+				for {
+					buf := make([]byte, 32<<10)
+					n, err := stdin.Read(buf)
+					if n > 0 {
+						select {
+						case chunks <- buf[:n]:
+						case <-done:
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+		enc := json.NewEncoder(nc)
+		for {
+			select {
+			case b, ok := <-chunks:
+				in := api.Input{Data: b}
+				if !ok {
+					in, chunks = api.Input{EOF: true}, nil
+				}
+				if err := enc.Encode(in); err != nil {
+					return err
+				}
+			case in, ok := <-resize:
+				if !ok {
+					resize = nil
+					continue
+				}
+				if err := enc.Encode(api.Input{Rows: in.Rows, Cols: in.Cols}); err != nil {
+					return err
+				}
+			case <-stop:
+				return nil
+			}
+		}
+	}
+	if err := c.stream(ctx, req, send, outputLines(req.Op, api.StatusExecExit, out, &x)); err != nil {
+		return api.ExecExit{}, err
+	}
+	return *x, nil
+}
+
+// outputLines reads the lines of an output stream (tree_exec, exec_logs):
+// each output chunk goes to out; the line of status last ends it, its
+// exit (if any) in *x.
+func outputLines(op, last string, out func(api.ExecOutput) error, x **api.ExecExit) func(api.Response) (bool, error) {
+	return func(r api.Response) (bool, error) {
+		switch {
+		case r.Status == api.StatusExecOutput && r.Output != nil:
+			return false, out(*r.Output)
+		case r.Status == last && (r.Exit != nil || last != api.StatusExecExit):
+			*x = r.Exit
+			return true, nil
+		}
+		return false, fmt.Errorf("arbor client: %s: %w: unexpected reply %q", op, api.ErrInternal, r.Status)
 	}
 }

@@ -68,6 +68,18 @@ func route(req api.Request) (method, path string, body any, err error) {
 // Do sends one request to its resource and returns the reply; an error
 // reply is an *api.Error.
 func (c *HTTPClient) Do(ctx context.Context, req api.Request) (api.Response, error) {
+	switch req.Op {
+	case api.OpFileRead: // the body is the file: collected here, as the socket's one reply
+		var b bytes.Buffer
+		fi, err := c.ReadFile(ctx, req.TreeID, req.NodeID, req.Path, &b)
+		if err != nil {
+			return api.Response{}, err
+		}
+		return api.Response{Status: api.OpFileRead, TreeID: req.TreeID, NodeID: req.NodeID, Data: b.Bytes(), File: &fi}, nil
+	case api.OpFileWrite:
+		fi, err := c.WriteFile(ctx, req.TreeID, req.NodeID, req.Path, req.Mode, bytes.NewReader(req.Data))
+		return api.Response{Status: "file_written", TreeID: req.TreeID, NodeID: req.NodeID, File: &fi}, err
+	}
 	method, path, body, err := route(req)
 	if err != nil {
 		return api.Response{}, &api.Error{Code: api.Code(err), Message: "arbor client: " + err.Error()}

@@ -58,7 +58,7 @@ func oneFork(r api.Response, err error) (api.Fork, error) {
 		return r.Forks[0], nil
 	}
 	if r.NodeID != "" {
-		return api.Fork{NodeID: r.NodeID, Path: r.Path, LatencyNS: r.LatencyNS}, nil
+		return api.Fork{NodeID: r.NodeID, Path: r.Path, LatencyNS: r.LatencyNS, Processes: r.Processes}, nil
 	}
 	return api.Fork{}, fmt.Errorf("arbor client: fork reply names no node (status %q)", r.Status)
 }
@@ -124,6 +124,16 @@ func (c *Client) Nodes(ctx context.Context, treeID string) (api.Response, error)
 func (c *Client) Diff(ctx context.Context, treeID, nodeID string) ([]api.Change, error) {
 	r, err := c.Do(ctx, api.Request{Op: api.OpTreeDiff, TreeID: treeID, NodeID: nodeID})
 	return r.Changes, err
+}
+
+// Rebase replays node's changes onto a new child of its parent's state now
+// (tree_rebase) and returns the new node and the conflicts left.
+func (c *Client) Rebase(ctx context.Context, treeID, nodeID, label string) (api.Fork, []api.Conflict, error) {
+	r, err := c.Do(ctx, api.Request{Op: api.OpTreeRebase, TreeID: treeID, NodeID: nodeID, Label: label})
+	if err != nil {
+		return api.Fork{}, nil, err
+	}
+	return api.Fork{NodeID: r.NodeID, Label: label, Path: r.Path}, r.Conflicts, nil
 }
 
 // List returns every tree.

@@ -36,7 +36,10 @@ type Entry struct {
 	Op         string `json:"op,omitempty"`
 	Tree       string `json:"tree,omitempty"`
 	Node       string `json:"node,omitempty"`
-	UserAgent  string `json:"ua,omitempty"`
+	// File is the path in the node a files verb named (socket; HTTP's is
+	// in Path).
+	File      string `json:"file,omitempty"`
+	UserAgent string `json:"ua,omitempty"`
 }
 
 // Log writes entries to one writer. A nil *Log writes nothing. It is safe

@@ -127,7 +127,8 @@ otherwise).`,
 	t := e.treeCmd()
 	t.GroupID = "tree"
 	root.AddCommand(t)
-	for _, c := range []*cobra.Command{e.execCmd(), e.runPatternCmd(), e.speculateCmd(), e.bestOfNCmd()} {
+	for _, c := range []*cobra.Command{e.execCmd(), e.shellCmd(), e.psCmd(), e.logsCmd(), e.killCmd(),
+		e.cpCmd(), e.lsCmd(), e.rmCmd(), e.mkdirCmd(), e.runPatternCmd(), e.speculateCmd(), e.bestOfNCmd(), e.imageCmd()} {
 		c.GroupID = "tree"
 		root.AddCommand(c)
 	}

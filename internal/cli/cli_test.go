@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,12 +18,15 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/jail"
+	"github.com/arbor-dev/arbor/internal/jailbackend"
 	"github.com/arbor-dev/arbor/internal/testenv"
 	"github.com/rogpeppe/go-internal/testscript"
 	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) {
+	jail.Main() // a sandbox's init is a re-exec of this binary (the daemon's arbor)
 	testscript.Main(m, map[string]func(){
 		"arbor": func() {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -60,6 +64,18 @@ func TestScripts(t *testing.T) {
 				stopAll(env.T(), home, env.WorkDir)
 			})
 			return nil
+		},
+		// [jail]: this host runs sandboxes (backend jail); where
+		// ARBOR_TEST_REQUIRE names cgroup, one that does not fails.
+		Condition: func(cond string) (bool, error) {
+			if cond != "jail" {
+				return false, fmt.Errorf("unknown condition %q", cond)
+			}
+			err := jailbackend.Available()
+			if err != nil && testenv.Required(testenv.Cgroup) {
+				return false, fmt.Errorf("no sandboxes here (ARBOR_TEST_REQUIRE names %s): %w", testenv.Cgroup, err)
+			}
+			return err == nil, nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"nodepath": cmdNodePath,

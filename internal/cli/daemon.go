@@ -17,6 +17,7 @@ import (
 	"github.com/arbor-dev/arbor/internal/daemon"
 	"github.com/arbor-dev/arbor/internal/demo"
 	"github.com/arbor-dev/arbor/internal/fsbench"
+	"github.com/arbor-dev/arbor/internal/sandboxbench"
 	"github.com/spf13/cobra"
 )
 
@@ -218,7 +219,31 @@ arbor bench fs --list names the cases and systems.`,
 		}
 		return nil
 	}
-	b.AddCommand(fs)
+	sb := &cobra.Command{
+		Use:   "sandbox [flags]",
+		Short: "Process sandbox benchmark: Arbor's jail, bubblewrap and unshare",
+		Long: `Runs the process sandbox's cases (start to first byte, exec round trip, kill of
+100 processes, fork of a live sandbox with 0 and 50+50 MiB, idle memory) on
+Arbor's jail, bubblewrap and unshare side by side, and prints a table of
+medians with the targets (--json for the report). Needs root.`,
+		Example:            "  arbor bench sandbox\n  arbor bench sandbox --case start,exec --rounds 50",
+		DisableFlagParsing: true, // sandboxbench.Main owns its flags
+	}
+	sb.RunE = func(cmd *cobra.Command, args []string) error {
+		if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "--help" || a == "-help" }) {
+			fmt.Fprintf(e.stdout, "%s\n\nExamples:\n%s\n\n", cmd.Long, cmd.Example)
+			sandboxbench.Main(e.ctx, []string{"-h"}, e.stdout, e.stdout)
+			return nil
+		}
+		if code := sandboxbench.Main(e.ctx, args, e.stdout, e.stderr); code != 0 {
+			if code == 2 {
+				return usagef("bad usage (see arbor bench sandbox --help)")
+			}
+			return exitError(code)
+		}
+		return nil
+	}
+	b.AddCommand(fs, sb)
 	return b
 }
 
@@ -232,7 +257,7 @@ func (e *env) demoCmd() *cobra.Command {
 		RunE:              helpRunE,
 		ValidArgsFunction: cobra.NoFileCompletions,
 	}
-	var workdir string
+	var workdir, backend string
 	var keep bool
 	ca := &cobra.Command{
 		Use:   "coding-agent",
@@ -245,6 +270,7 @@ evidence to WORKDIR/results/<timestamp>/.`,
 	}
 	ca.Flags().StringVar(&workdir, "workdir", "", "where the base directory and results/ go (default: the current directory)")
 	ca.Flags().BoolVar(&keep, "keep", false, "keep the tree after the demo (inspect it with arbor tree nodes)")
+	ca.Flags().StringVar(&backend, "backend", "", "dir or jail (default: jail where the daemon serves sandboxes, else dir)")
 	ca.MarkFlagDirname("workdir")
 	ca.RunE = func(cmd *cobra.Command, args []string) error {
 		if workdir == "" {
@@ -255,7 +281,7 @@ evidence to WORKDIR/results/<timestamp>/.`,
 			return err
 		}
 		return e.withClient(func(cl *client.Client) error {
-			_, err := demo.CodingAgent(e.ctx, demo.Config{Client: cl, Workdir: dir, Out: e.stdout, KeepTree: keep})
+			_, err := demo.CodingAgent(e.ctx, demo.Config{Client: cl, Workdir: dir, Out: e.stdout, KeepTree: keep, Backend: backend})
 			return err
 		})
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,7 +32,8 @@ are at its path (arbor tree nodes shows it) while it is live.`,
 		ValidArgsFunction: cobra.NoFileCompletions,
 	}
 	t.AddCommand(withOps(e.treeCreateCmd(), api.OpTreeCreate), withOps(e.treeForkCmd(), api.OpTreeFork, api.OpTreeForkBatch),
-		withOps(e.treeRollbackCmd(), api.OpTreeRollback), withOps(e.treeDiffCmd(), api.OpTreeDiff))
+		withOps(e.treeRollbackCmd(), api.OpTreeRollback), withOps(e.treeDiffCmd(), api.OpTreeDiff),
+		withOps(e.treeRebaseCmd(), api.OpTreeRebase))
 	for _, v := range []struct{ name, op, short, long, done string }{
 		{"commit", api.OpTreeCommit, "Make a node's state its parent's (first commit wins)",
 			"Applies NODE's changes to its parent atomically and durably (into the base\ndirectory when the parent is the root). The siblings forked at the same point\nbecome stale.", "committed"},
@@ -77,7 +79,7 @@ func (e *env) treeDo(req api.Request, out *outputFlag, text func(io.Writer, api.
 }
 
 func (e *env) treeCreateCmd() *cobra.Command {
-	var base, id, backend string
+	var base, id, backend, image, network string
 	var b api.Budget
 	cmd := &cobra.Command{
 		Use:   "create --base DIR",
@@ -85,26 +87,31 @@ func (e *env) treeCreateCmd() *cobra.Command {
 		Long: `Creates a tree whose root node is the base directory DIR (commits into the root
 land in DIR). Budgets default to the daemon's (8 live nodes, 8 GiB RAM, no disk
 limit: a --max-disk budget is exact, every write metered by the daemon).`,
-		Example: "  arbor tree create --base ~/src/app\n  arbor tree create --base ~/src/app --id t1 --max-live 4",
+		Example: "  arbor tree create --base ~/src/app\n  arbor tree create --base ~/src/app --id t1 --max-live 4\n  arbor tree create --base ~/src/app --backend jail --image py --network outbound",
 		Args:    exactArgs(0, 0),
 	}
 	f := cmd.Flags()
 	f.StringVar(&base, "base", "", "the base directory (required)")
 	f.StringVar(&id, "id", "", "the tree id (default: the daemon picks one)")
-	f.StringVar(&backend, "backend", "dir", "the backend: dir (files only)")
+	f.StringVar(&backend, "backend", "dir", "the backend: dir (files only) or jail (a process sandbox per live node)")
+	f.StringVar(&image, "image", "", "jail: the image its sandboxes run on (arbor image build; default host: the host's /usr, /etc, ...)")
+	f.StringVar(&network, "network", "", "jail: none (loopback only, the default) or outbound (through pasta; the gateway's address is the host's loopback)")
 	f.IntVar(&b.MaxLiveNodes, "max-live", 0, "budget: max live nodes (0: default)")
 	f.Int64Var(&b.MaxLiveRAMBytes, "max-ram", 0, "budget: max live RAM in bytes (0: default)")
 	f.Int64Var(&b.MaxDiskBytes, "max-disk", 0, "budget: max disk in bytes, enforced exactly (every write metered by the daemon); 0: no limit")
+	f.Int64Var(&b.MaxNodeRAMBytes, "max-node-ram", 0, "budget: memory each live node's processes may hold, in bytes (jail; 0: --max-ram)")
+	f.Int64Var(&b.MaxNodePids, "max-node-pids", 0, "budget: processes and threads each live node may run (jail; 0: default 4096)")
 	cmd.MarkFlagRequired("base")
 	cmd.MarkFlagDirname("base")
-	cmd.RegisterFlagCompletionFunc("backend", cobra.FixedCompletions([]string{"dir"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.RegisterFlagCompletionFunc("backend", cobra.FixedCompletions([]string{"dir", "jail"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.RegisterFlagCompletionFunc("network", cobra.FixedCompletions([]string{api.NetworkNone, api.NetworkOutbound}, cobra.ShellCompDirectiveNoFileComp))
 	out := addOutput(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		abs, err := absPath(base)
 		if err != nil {
 			return err
 		}
-		req := api.Request{Op: api.OpTreeCreate, Base: abs, Backend: backend, TreeID: id}
+		req := api.Request{Op: api.OpTreeCreate, Base: abs, Backend: backend, TreeID: id, Image: image, Network: network}
 		if b != (api.Budget{}) {
 			req.Budget = &b
 		}
@@ -164,6 +171,38 @@ writes. Give --label or --labels, not both.`,
 	return cmd
 }
 
+func (e *env) treeRebaseCmd() *cobra.Command {
+	var label onceString
+	cmd := &cobra.Command{
+		Use:   "rebase TREE NODE",
+		Short: "Re-apply a (stale) node's changes on its parent's state now, as a new node",
+		Long: `Forks NODE's parent as it is now into a new node and replays NODE's changes
+(against its fork point) onto it: what only one side changed is taken, text
+files both changed are merged line by line, and what cannot be merged is
+listed (C PATH): conflict markers in a text file, or the parent's version kept
+at PATH~theirs. The new node cannot be committed until each is resolved.`,
+		Example:           "  arbor tree rebase t1 n3\n  arbor tree rebase t1 n3 --label retry -o json",
+		Args:              exactArgs(2, 2),
+		ValidArgsFunction: e.completeTree(true),
+	}
+	cmd.Flags().Var(&label, "label", "the new node's label")
+	out := addOutput(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		req := api.Request{Op: api.OpTreeRebase, TreeID: args[0], NodeID: args[1], Label: label.v}
+		return e.treeDo(req, out, func(w io.Writer, resp api.Response) {
+			fmt.Fprintf(w, "rebased %s as %s at %s\n", args[1], resp.NodeID, resp.Path)
+			for _, c := range resp.Conflicts {
+				if c.Aside != "" {
+					fmt.Fprintf(w, "C %s (%s; the other version at %s)\n", c.Path, c.Kind, c.Aside)
+				} else {
+					fmt.Fprintf(w, "C %s (%s: conflict markers)\n", c.Path, c.Kind)
+				}
+			}
+		})
+	}
+	return cmd
+}
+
 func (e *env) treeRollbackCmd() *cobra.Command {
 	var label onceString
 	cmd := &cobra.Command{
@@ -185,7 +224,7 @@ func (e *env) treeRollbackCmd() *cobra.Command {
 func printForks(w io.Writer, resp api.Response) {
 	forks := resp.Forks
 	if len(forks) == 0 && resp.NodeID != "" {
-		forks = []api.Fork{{NodeID: resp.NodeID, Path: resp.Path, LatencyNS: resp.LatencyNS}}
+		forks = []api.Fork{{NodeID: resp.NodeID, Path: resp.Path, LatencyNS: resp.LatencyNS, Processes: resp.Processes}}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tLABEL\tLATENCY\tPATH")
@@ -195,6 +234,9 @@ func printForks(w io.Writer, resp api.Response) {
 	tw.Flush()
 	if resp.LatencyNS != 0 && len(forks) > 1 {
 		fmt.Fprintf(w, "batch: %s\n", time.Duration(resp.LatencyNS))
+	}
+	if p := resp.Processes; p != "" {
+		fmt.Fprintf(w, "processes: %s\n", p)
 	}
 }
 
@@ -252,8 +294,7 @@ binary one, or one past 2 MiB of diff in all shows why it has none.`,
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return e.treeDo(api.Request{Op: api.OpTreeDiff, TreeID: args[0], NodeID: args[1]}, out, func(w io.Writer, resp api.Response) {
 			for _, c := range resp.Changes {
-				mark := map[string]string{"added": "A", "modified": "M", "deleted": "D"}[c.Kind]
-				fmt.Fprintf(w, "%s %s\n", mark, c.Path)
+				fmt.Fprintln(w, changeLine(c))
 				if c.Note != "" {
 					fmt.Fprintf(w, "  (%s)\n", c.Note)
 				}
@@ -308,9 +349,13 @@ func (e *env) treeListCmd() *cobra.Command {
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return e.treeDo(api.Request{Op: api.OpTreeList}, out, func(w io.Writer, resp api.Response) {
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TREE\tBACKEND\tBASE\tNODES\tLIVE")
+			fmt.Fprintln(tw, "TREE\tBACKEND\tBASE\tNODES\tLIVE\tIMAGE\tNETWORK")
 			for _, t := range resp.Trees {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", t.ID, t.Backend, t.Base, t.Usage.TotalNodes, t.Usage.LiveNodes)
+				im, nw := "", ""
+				if t.Backend != "dir" {
+					im, nw = cmp.Or(t.Image, "host"), cmp.Or(t.Network, api.NetworkNone)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", t.ID, t.Backend, t.Base, t.Usage.TotalNodes, t.Usage.LiveNodes, im, nw)
 			}
 			tw.Flush()
 		})

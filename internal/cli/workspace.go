@@ -37,6 +37,7 @@ func (e *env) workspaceCmds() []*cobra.Command {
 
 func (e *env) mountCmd() *cobra.Command {
 	var base, branch string
+	var hide bool
 	cmd := &cobra.Command{
 		Use:   "mount --base DIR MOUNTPOINT",
 		Short: "Mount a base directory's branches at MOUNTPOINT",
@@ -49,6 +50,7 @@ restart; mounting the same base at the same mountpoint again succeeds.`,
 	}
 	cmd.Flags().StringVar(&base, "base", "", "the base directory (required)")
 	cmd.Flags().StringVar(&branch, "branch", "", "the branch the mount root shows (default main)")
+	cmd.Flags().BoolVar(&hide, "hide-control", false, "serve no .branchfs_ctl files (branches change only through arbor)")
 	cmd.MarkFlagRequired("base")
 	cmd.MarkFlagDirname("base")
 	out := addOutput(cmd)
@@ -61,7 +63,7 @@ restart; mounting the same base at the same mountpoint again succeeds.`,
 		if err != nil {
 			return err
 		}
-		req := api.Request{Op: api.OpWsMount, Base: b, Mountpoint: mp, Branch: branch}
+		req := api.Request{Op: api.OpWsMount, Base: b, Mountpoint: mp, Branch: branch, HideControl: hide}
 		return e.wsDo(req, out, func(w io.Writer, resp api.Response) {
 			if resp.AlreadyMounted {
 				fmt.Fprintf(w, "already mounted: %s at %s (showing %s)\n", b, mp, resp.Branch)
@@ -178,8 +180,7 @@ func (e *env) mpCmd(name, op, short, long, example string) *cobra.Command {
 				fmt.Fprintf(w, "unmounted %s\n", req.Mountpoint)
 			case api.OpWsDiff:
 				for _, c := range resp.Changes {
-					mark := map[string]string{"added": "A", "modified": "M", "deleted": "D"}[c.Kind]
-					fmt.Fprintf(w, "%s %s\n", mark, c.Path)
+					fmt.Fprintln(w, changeLine(c))
 				}
 			case api.OpWsList:
 				printBranches(w, resp.Branches)
@@ -187,6 +188,16 @@ func (e *env) mpCmd(name, op, short, long, example string) *cobra.Command {
 		})
 	}
 	return withOps(cmd, op)
+}
+
+// changeLine is a diff's line for one path: A, M or D and the path, and
+// "(metadata only)" where only its mode, owner, times or xattrs changed.
+func changeLine(c api.Change) string {
+	mark := map[string]string{"added": "A", "modified": "M", "deleted": "D"}[c.Kind]
+	if c.Meta {
+		return mark + " " + c.Path + " (metadata only)"
+	}
+	return mark + " " + c.Path
 }
 
 func orCurrent(branch string) string {

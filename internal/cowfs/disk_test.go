@@ -70,8 +70,12 @@ func TestDiskLimitWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := filepath.Join(mnt, "f")
-	if err := os.Chmod(p, 0o644); err != nil { // b's copy of f: the file both descriptors open
+	// b's copy of f, the file both descriptors open: an open for writing
+	// copies it up (a chmod would copy its metadata only).
+	if c, err := os.OpenFile(p, os.O_WRONLY, 0); err != nil {
 		t.Fatal(err)
+	} else {
+		c.Close()
 	}
 	r, err := os.Open(p) // a reader first: passthrough as root
 	if err != nil {

@@ -8,7 +8,8 @@
 // EBUSY: commit is leaf-only). A root (the mount's or an /@NAME view's)
 // that shows a stale branch still answers getattr, its control file and
 // its @NAME views, so the branch can be aborted or switched away from; its
-// files answer ESTALE.
+// files read and list (the work can be rescued), and every change answers
+// ESTALE.
 //
 // Every operation resolves its node's path through the store, so a node
 // costs nothing but its path; a first write copies the file up into the
@@ -18,9 +19,12 @@
 //
 // As root, opened files are served by FUSE passthrough: the kernel does the
 // data I/O on our file descriptor and the daemon sees no reads or writes.
-// The kernel keeps one backing file per FUSE inode, so an open that finds a
-// new real file (a copy-up) while descriptors on the old one are open
-// answers ESTALE, and the kernel looks the path up again into a new inode.
+// The kernel keeps one backing file per FUSE inode, and go-fuse keeps it
+// until the inode's last release has returned from cowfs, so an open that
+// finds a new real file (a copy-up) while the old one may still back the
+// inode (a descriptor open, or a release in go-fuse's hands) answers
+// ESTALE, and the kernel looks the path up again into a new inode
+// (node.bind).
 // A branch with a quota is served without passthrough, so that its writes can
 // be counted. Under a store limit (a tree's disk budget) a descriptor opened
 // for writing gets passthrough only while the store has room
@@ -32,6 +36,13 @@
 // directories open without an OPENDIR: rawdir.go); every change made through
 // one view is sent as an invalidation to every other view of the branch, in
 // every mount of the store (notify.go).
+//
+// Exactly Linux inside a branch: new objects get the mode the kernel sent
+// (the caller's umask applied; the daemon's own umask undone); a name
+// longer than the filesystem's NAME_MAX is ENAMETOOLONG at its lookup;
+// setuid and setgid are cleared when the kernel flags a request to (see
+// killpriv.go), and a writer of such a file is served without passthrough
+// so that its writes are flagged.
 //
 // Locking: FS.mu guards the current branch of the mount; each node's handle
 // counts are guarded by node.mu. The store's own lock makes each operation

@@ -81,6 +81,10 @@ type FS struct {
 	// does nothing but close (no flush method: ext4, xfs, btrfs, tmpfs),
 	// so a FLUSH of a passthrough descriptor has nothing to do.
 	localFS bool
+	// nameMax is the longest name the base and the layers hold (statfs's
+	// f_namelen): a longer one is ENAMETOOLONG at its lookup, as on
+	// those filesystems, wherever the branch would look for it.
+	nameMax int
 	control bool
 	log     *slog.Logger
 	server  *fuse.Server
@@ -108,9 +112,28 @@ type FS struct {
 	rootNeg     map[string]struct{}
 	rootNegFull bool
 
-	nt notifier // the store's events, turned into kernel invalidations
+	nt    notifier // the store's events, turned into kernel invalidations
+	kills kills    // requests whose caller lacks CAP_FSETID (killpriv.go)
 
 	served struct{ reads, writes atomic.Int64 } // data requests the daemon served itself
+
+	// releasing counts the RELEASEs in go-fuse's hands: our
+	// handle.Release, then go-fuse's drop of the kernel inode's
+	// passthrough backing file (see node.bind).
+	releasing atomic.Int64
+}
+
+// releaseFS is go-fuse's bridge with its RELEASEs counted in
+// FS.releasing, from before handle.Release to after go-fuse is done.
+type releaseFS struct {
+	fuse.RawFileSystem
+	n *atomic.Int64
+}
+
+func (r *releaseFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	r.n.Add(1)
+	defer r.n.Add(-1)
+	r.RawFileSystem.Release(cancel, in)
 }
 
 // Served counts the READ and WRITE requests the daemon served itself (with
@@ -153,7 +176,8 @@ func Mount(cfg Config) (*FS, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	f := &FS{st: cfg.Store, cfg: cfg, passthrough: pt, control: !cfg.NoControl, log: log, current: cfg.Branch,
-		localFS: noFlushFS(cfg.Store.Base()) && noFlushFS(cfg.Store.Dir())}
+		localFS: noFlushFS(cfg.Store.Base()) && noFlushFS(cfg.Store.Dir()),
+		nameMax: min(nameMax(cfg.Store.Base()), nameMax(cfg.Store.Dir()))}
 	f.root = &node{fs: f}
 	// Set before fs.Mount: the kernel's first requests can come while it returns.
 	f.root.root = &f.root.Inode
@@ -186,11 +210,10 @@ func Mount(cfg Config) (*FS, error) {
 	if !pt {
 		opts.MountOptions.DisabledCapabilities = fuse.CAP_PASSTHROUGH
 	}
-	// The daemon clears setuid and setgid itself (killPriv): the kernel then
-	// sets SB_NOSEC and stops asking for security.capability before every
-	// write (a GETXATTR round trip per write(2) otherwise: 4 KiB writes took
-	// 23-27 µs each instead of 3). Passthrough writes reach no request, so
-	// an unprivileged open for writing clears them (see node.Open).
+	// The daemon clears setuid and setgid itself (killpriv.go): the kernel
+	// then sets SB_NOSEC and stops asking for security.capability before
+	// every write (a GETXATTR round trip per write(2) otherwise: 4 KiB
+	// writes took 23-27 µs each instead of 3).
 	opts.MountOptions.ExtraCapabilities = fuse.CAP_HANDLE_KILLPRIV_V2
 	// A descriptor served with FOPEN_DIRECT_IO (a writer near a store's
 	// limit: newHandle) can still be mapped shared.
@@ -229,7 +252,8 @@ func Mount(cfg Config) (*FS, error) {
 		opts.MountOptions.DirectMount = false
 		opts.MountOptions.DirectMountStrict = false
 	}
-	srv, err := fuse.NewServer(newDirFS(fs.NewNodeFS(f.root, opts)), target, &opts.MountOptions)
+	raw := &releaseFS{RawFileSystem: newDirFS(&killFS{RawFileSystem: fs.NewNodeFS(f.root, opts), kills: &f.kills}), n: &f.releasing}
+	srv, err := fuse.NewServer(raw, target, &opts.MountOptions)
 	if err != nil {
 		if atDir {
 			unix.Unmount(cfg.Mountpoint, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
@@ -300,6 +324,16 @@ func noFlushFS(dir string) bool {
 	return false
 }
 
+// nameMax is the longest name dir's filesystem takes (NAME_MAX if it
+// does not say).
+func nameMax(dir string) int {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil || st.Namelen <= 0 {
+		return 255
+	}
+	return int(st.Namelen)
+}
+
 // openFlags are the FUSE open flags of h. The kernel sends a FLUSH at
 // every close(2) unless FOPEN_NOFLUSH: a read-only descriptor has nothing
 // to flush on any filesystem, nor has a passthrough one on a filesystem
@@ -330,8 +364,8 @@ func (f *FS) openFlags(h *handle) uint32 {
 // but a shared mapping of a direct descriptor puts the inode in cached mode,
 // so while a direct descriptor is open every new one is direct too
 // (node.addHandle).
-func (f *FS) newHandle(fd int, n *node, b *store.Branch, real string, write bool) *handle {
-	h := &handle{fd: fd, n: n, br: b, real: real, write: write}
+func (f *FS) newHandle(fd int, n *node, b *store.Branch, res store.Res, write bool) *handle {
+	h := &handle{fd: fd, n: n, br: b, real: res.Real, w: res.Writer, write: write}
 	quota := f.st.QuotaOf(b) > 0
 	switch {
 	case !f.passthrough:
@@ -792,12 +826,9 @@ func (f *FS) mergedLinks(b *store.Branch, rel string, res store.Res, a *fuse.Att
 
 // attrOf fills the attributes of rel in b.
 func (f *FS) attrOf(b *store.Branch, rel string, out *fuse.AttrOut) syscall.Errno {
-	res, err := f.st.Resolve(b, rel)
-	if err != nil {
-		return errno(err)
-	}
 	var st unix.Stat_t
-	if err := f.st.Lstat(res.Real, &st); err != nil {
+	res, err := f.st.ResolveStat(b, rel, &st)
+	if err != nil {
 		return errno(err)
 	}
 	out.Attr.FromStat(sysStat(&st))
@@ -808,9 +839,7 @@ func (f *FS) attrOf(b *store.Branch, rel string, out *fuse.AttrOut) syscall.Errn
 }
 
 // abandon closes a descriptor that will not become a handle.
-func (f *FS) abandon(fd int, real string, write bool) {
+func (f *FS) abandon(fd int, w *store.Writer) {
 	unix.Close(fd)
-	if write {
-		f.st.CloseWrite(real)
-	}
+	f.st.CloseWrite(w)
 }

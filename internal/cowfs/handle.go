@@ -3,6 +3,7 @@ package cowfs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/arbor-dev/arbor/internal/store"
@@ -17,8 +18,9 @@ type handle struct {
 	fd          int
 	n           *node
 	br          *store.Branch
-	real        string
-	write       bool // counted in the store's writers
+	real        string        // the real file at the open
+	w           *store.Writer // its count in the store's writers, if it has one
+	write       bool
 	lower       bool // counted in n.lowerOpen
 	passthrough bool
 	// metered: the daemon serves this descriptor's writes and counts them
@@ -61,8 +63,8 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		return h.meteredWrite(ctx, data, off)
 	}
 	n, err := unix.Pwrite(h.fd, data, off)
-	if err == nil && unprivileged(ctx) {
-		killPriv(h.fd) // the kernel left it to us (FUSE_HANDLE_KILLPRIV_V2)
+	if err == nil && h.n.fs.killAsked(ctx) {
+		killPriv(ctx, h.fd) // the kernel left it to us (killpriv.go)
 	}
 	return uint32(n), fs.ToErrno(err)
 }
@@ -81,8 +83,8 @@ func (h *handle) meteredWrite(ctx context.Context, data []byte, off int64) (uint
 		return 0, fs.ToErrno(err)
 	}
 	w, err := unix.Pwrite(h.fd, data, off)
-	if err == nil && unprivileged(ctx) {
-		killPriv(h.fd)
+	if err == nil && h.n.fs.killAsked(ctx) {
+		killPriv(ctx, h.fd)
 	}
 	h.settle(res)
 	return uint32(max(w, 0)), fs.ToErrno(err)
@@ -93,44 +95,20 @@ func (h *handle) meteredWrite(ctx context.Context, data []byte, off int64) (uint
 func (h *handle) settle(reserved int64) {
 	var st unix.Stat_t
 	if unix.Fstat(h.fd, &st) != nil {
-		h.n.fs.st.Settle(h.real, reserved, -1)
-		h.n.fs.st.Measure(h.real)
+		h.n.fs.st.Settle(h.path(), reserved, -1)
+		h.n.fs.st.Measure(h.path())
 		return
 	}
-	h.n.fs.st.Settle(h.real, reserved, st.Blocks*512)
+	h.n.fs.st.Settle(h.path(), reserved, st.Blocks*512)
 }
 
-// unprivileged reports whether the caller is not root: the kernel flags its
-// writes and truncations to clear setuid and setgid (it has no CAP_FSETID).
-func unprivileged(ctx context.Context) bool {
-	c, ok := fuse.FromContext(ctx)
-	return ok && c.Uid != 0
-}
-
-// killPriv clears S_ISUID, and S_ISGID of a group-executable file, on fd, as
-// a write or truncation by a caller without CAP_FSETID does.
-func killPriv(fd int) {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil {
-		return
+// path is where the real file is now: a writer's file moves with it (a
+// rename, a commit into main, a fork that keeps it apart).
+func (h *handle) path() string {
+	if h.w != nil {
+		return h.n.fs.st.WriterPath(h.w)
 	}
-	if m, kill := privKilled(&st); kill {
-		unix.Fchmod(fd, m)
-	}
-}
-
-// privKilled is the permission bits of st without what a write or a
-// truncation by a caller without CAP_FSETID clears, and whether that is
-// anything (regular files only).
-func privKilled(st *unix.Stat_t) (uint32, bool) {
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return 0, false
-	}
-	kill := uint32(unix.S_ISUID)
-	if st.Mode&unix.S_IXGRP != 0 {
-		kill |= unix.S_ISGID
-	}
-	return st.Mode & 07777 &^ kill, st.Mode&kill != 0
+	return h.real
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
@@ -141,10 +119,11 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	}
 	err := unix.Close(h.fd)
 	h.fd = -1
-	if h.write {
-		h.n.fs.st.CloseWrite(h.real)
-	}
+	h.n.fs.st.CloseWrite(h.w)
 	h.n.dropHandle(h)
+	if hook := afterDrop.Load(); hook != nil {
+		(*hook)(h)
+	}
 	if h.write && !h.n.isGone() {
 		// Every view, this one too: writes through a shared mapping
 		// changed the times without a request.
@@ -152,6 +131,11 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	}
 	return fs.ToErrno(err)
 }
+
+// afterDrop, set by tests only, runs in Release once the node no longer
+// counts the handle: go-fuse drops its passthrough backing file only after
+// Release returns.
+var afterDrop atomic.Pointer[func(h *handle)]
 
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	// Like close(2) on a dup, so that locks and NFS-style semantics hold.
@@ -194,8 +178,8 @@ func (h *handle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.Attr
 			return fs.ToErrno(err)
 		}
 	}
-	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
-		killPriv(h.fd)
+	if killOnSetattr(ctx, in) {
+		killPriv(ctx, h.fd)
 	}
 	if errno := setattrFd(h.fd, in); errno != 0 {
 		return errno

@@ -100,8 +100,8 @@ func TestCommitWithChildrenRefused(t *testing.T) {
 }
 
 // TestStaleRootStaysReachable: when the branch the mount's root shows goes
-// stale (a sibling committed first), its files answer ESTALE, but the mount
-// is not stuck: the root, its control file and the @name views still
+// stale (a sibling committed first), its files still read (the work can be
+// rescued) and every change is ESTALE, and the mount is not stuck: the root, its control file and the @name views still
 // answer, so the control file can abort the branch (or switch away), after
 // which the root shows the parent, live.
 func TestStaleRootStaysReachable(t *testing.T) {
@@ -123,13 +123,24 @@ func TestStaleRootStaysReachable(t *testing.T) {
 	if err := ioctl(t, filepath.Join(mnt, "@y", ctlName), ioctlCommit, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(mnt, "in-x")); !errors.Is(err, unix.ESTALE) {
-		t.Fatalf("a file of the stale branch: %v, want ESTALE", err)
+	if d, err := os.ReadFile(filepath.Join(mnt, "in-x")); err != nil || string(d) != "x" {
+		t.Fatalf("a file of the stale branch: %q, %v; want its content", d, err)
 	}
-	for _, p := range []string{"", ctlName, "@main", "@main/in-y", "@x/in-x"} {
-		if _, err := os.Stat(filepath.Join(mnt, p)); p != "@x/in-x" && err != nil {
+	for _, p := range []string{"in-x", "new"} {
+		if err := os.WriteFile(filepath.Join(mnt, p), []byte("late"), 0o644); !errors.Is(err, unix.ESTALE) {
+			t.Fatalf("a write of %s in the stale branch: %v, want ESTALE", p, err)
+		}
+	}
+	if err := os.Remove(filepath.Join(mnt, "in-x")); !errors.Is(err, unix.ESTALE) {
+		t.Fatalf("a remove in the stale branch: %v, want ESTALE", err)
+	}
+	for _, p := range []string{"", ctlName, "@main", "@main/in-y", "@x/in-x", "in-x", "seed"} {
+		if _, err := os.Stat(filepath.Join(mnt, p)); err != nil {
 			t.Fatalf("stat /%s with a stale root: %v", p, err)
 		}
+	}
+	if ents, err := os.ReadDir(mnt); err != nil || len(ents) == 0 {
+		t.Fatalf("listing a stale root: %v, %v", ents, err)
 	}
 	if d, err := os.ReadFile(filepath.Join(mnt, ctlName)); err != nil || string(d) != "branch:x\n" {
 		t.Fatalf("control file with a stale root: %q, %v", d, err)

@@ -28,16 +28,49 @@ type node struct {
 
 	mu        sync.Mutex           // guards the fields below
 	lowerOpen int                  // descriptors open on a lower copy of this inode
-	realIno   uint64               // for a regular file, the real file its descriptors are open on
 	handles   map[*handle]struct{} // open descriptors, for calls on an unlinked file
 	gone      bool                 // unlinked from this view
 	misses    map[string]struct{}  // for a view root, names it answered as absent (see missed)
+	realIno   uint64               // for a regular file, the real file its descriptors are open on
+	backed    bool                 // a passthrough descriptor was opened on it (see bind)
 
 	born time.Time // when a lookup made it (see young)
 }
 
 func (n *node) addHandle(h *handle) {
 	n.mu.Lock()
+	n.addHandleLocked(h)
+	n.mu.Unlock()
+}
+
+// bind adds h, open on the real file ino if regular, unless the kernel
+// inode must not take that file. A kernel inode's passthrough backing file
+// is the one its first open registered, and go-fuse drops it only after the
+// last Release has returned (it counts opens itself): an open on a new real
+// file (a copy-up) served meanwhile, even with no handle left on the node,
+// would do its I/O on the old file, which may be a frozen layer its parent
+// and siblings still show (TestOpenDuringLateRelease). So a node takes a
+// new real file only with no descriptor open and, if it ever had a
+// passthrough one, no RELEASE in go-fuse's hands (FS.releasing: a release
+// whose handle is dropped is counted until go-fuse is done). Otherwise bind
+// answers false, Open answers ESTALE, and the kernel looks the path up
+// again (LOOKUP_REVAL) into a new inode (viewGen changes with the real
+// file) and retries the open once, on it. The check and the add are one
+// critical section, so two opens racing on the node cannot both pass.
+func (n *node) bind(h *handle, regular bool, ino uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if regular && ino != n.realIno {
+		if len(n.handles) > 0 || n.backed && n.fs.releasing.Load() > 0 {
+			return false
+		}
+		n.realIno = ino
+	}
+	n.addHandleLocked(h)
+	return true
+}
+
+func (n *node) addHandleLocked(h *handle) {
 	if h.passthrough {
 		for o := range n.handles {
 			if o.direct {
@@ -55,7 +88,9 @@ func (n *node) addHandle(h *handle) {
 	if h.lower {
 		n.lowerOpen++
 	}
-	n.mu.Unlock()
+	if h.passthrough {
+		n.backed = true
+	}
 }
 
 func (n *node) dropHandle(h *handle) {
@@ -266,6 +301,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (n *node) lookupAny(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if len(name) > n.fs.nameMax {
+		return nil, syscall.ENAMETOOLONG // the kernel then makes nothing of that name either
+	}
 	if &n.Inode == n.root {
 		if name == ctlName {
 			return n.fs.ctlInode(ctx, n, out)
@@ -376,13 +414,18 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if sz, ok := in.GetSize(); ok {
 		var st unix.Stat_t
-		if err := n.fs.st.Lstat(res.Real, &st); err == nil && int64(sz) > st.Size {
+		if err := n.fs.st.Lstat(res.DataReal(), &st); err == nil && int64(sz) > st.Size {
 			if err := n.fs.st.Grow(b, int64(sz)-st.Size); err != nil {
 				return errno(err)
 			}
 		}
 	}
-	real, err := n.fs.st.CopyUp(b, rel)
+	// A change of metadata alone copies no data (metacopy); a size does.
+	copyUp := n.fs.st.CopyUpMeta
+	if _, ok := in.GetSize(); ok {
+		copyUp = n.fs.st.CopyUp
+	}
+	real, err := copyUp(b, rel)
 	if err != nil {
 		return errno(err)
 	}
@@ -396,10 +439,10 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if e := n.fs.setattrPath(real, in); e != 0 {
 		return e
 	}
-	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
+	if killOnSetattr(ctx, in) {
 		var st unix.Stat_t
 		if n.fs.st.Lstat(real, &st) == nil {
-			if m, kill := privKilled(&st); kill {
+			if m, kill := privKilled(ctx, &st); kill {
 				n.fs.st.Chmod(real, m)
 			}
 		}
@@ -500,7 +543,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		fd, res, err = n.fs.st.OpenFile(b, rel, int(flags), 0, false)
 		if err == nil {
 			if err = unix.Fstat(fd, &st); err != nil {
-				n.fs.abandon(fd, res.Real, write)
+				n.fs.abandon(fd, res.Writer)
 			}
 		}
 	} else {
@@ -509,29 +552,17 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, errno(err)
 	}
-	real := res.Real
-	h := n.fs.newHandle(fd, n, b, real, write)
+	h := n.fs.newHandle(fd, n, b, res, write)
 	h.lower = res.Lower && !write
-	n.mu.Lock()
-	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino != n.realIno {
-		if len(n.handles) > 0 {
-			// This kernel inode's backing file is the old real file, still
-			// open. ESTALE makes the kernel look the path up again
-			// (LOOKUP_REVAL) and retry the open once, on the new inode.
-			n.mu.Unlock()
-			n.fs.abandon(fd, real, write)
-			return nil, 0, syscall.ESTALE
-		}
-		n.realIno = st.Ino // nothing is open: this inode takes the new file
+	if write && h.passthrough && privServed(&st) {
+		h.passthrough, h.direct, h.metered = false, true, h.meter // its writes must reach us (killpriv.go)
 	}
-	n.mu.Unlock()
-	n.addHandle(h)
-	if (flags&syscall.O_TRUNC != 0 || (write && h.passthrough)) && unprivileged(ctx) {
-		// FUSE_HANDLE_KILLPRIV_V2 leaves clearing setuid and setgid to us:
-		// at an unprivileged O_TRUNC, and, since passthrough writes reach
-		// no request, at an unprivileged open for writing (before any
-		// write can change the file, rather than at its first write).
-		killPriv(fd)
+	if !n.bind(h, st.Mode&unix.S_IFMT == unix.S_IFREG, st.Ino) {
+		n.fs.abandon(fd, res.Writer)
+		return nil, 0, syscall.ESTALE
+	}
+	if flags&syscall.O_TRUNC != 0 && n.fs.killAsked(ctx) {
+		killPriv(ctx, fd) // an O_TRUNC by a caller without CAP_FSETID (killpriv.go)
 	}
 	if write {
 		n.changed(b, rel, false) // other views: a copy-up, O_TRUNC, and writes to come
@@ -560,9 +591,31 @@ func owner(ctx context.Context, dir int, name string) {
 	unix.Fchownat(dir, name, int(c.Uid), gid, unix.AT_SYMLINK_NOFOLLOW)
 }
 
+// exactMode gives an object just made the permission bits the kernel asked
+// for (mode: the caller's umask already applied, as the kernel does without
+// FUSE_DONT_MASK), which the daemon's own umask cut, and which a chown by
+// owner cleared (setuid, setgid). A directory keeps the setgid bit the
+// filesystem gave it from a setgid parent. st is the object's stat, and is
+// updated.
+func exactMode(mode uint32, st *unix.Stat_t, chmod func(uint32) error) error {
+	want := mode & 07777
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		want |= st.Mode & unix.S_ISGID
+	}
+	if st.Mode&07777 == want || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return nil
+	}
+	if err := chmod(want); err != nil {
+		return err
+	}
+	st.Mode = st.Mode&^07777 | want
+	return nil
+}
+
 // make creates name under n with mk (name in the directory descriptor the
-// store opened for it) and looks it up.
-func (n *node) make(ctx context.Context, name string, dir bool, mk func(dir int, name string) error, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+// store opened for it) and looks it up; mode is the permission bits asked
+// for (none for a symlink).
+func (n *node) make(ctx context.Context, name string, dir bool, mode uint32, mk func(dir int, name string) error, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if &n.Inode == n.root && (name == ctlName || strings.HasPrefix(name, "@")) {
 		return nil, syscall.EPERM
 	}
@@ -578,7 +631,10 @@ func (n *node) make(ctx context.Context, name string, dir bool, mk func(dir int,
 			return err
 		}
 		owner(ctx, dir, name)
-		return unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+		return exactMode(mode, &st, func(m uint32) error { return unix.Fchmodat(dir, name, m, 0) })
 	})
 	if err != nil {
 		return nil, errno(err)
@@ -611,35 +667,42 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		n.fs.ownFd(ctx, fd, real)
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		n.fs.abandon(fd, real, write)
+	err = unix.Fstat(fd, &st)
+	if err == nil {
+		err = exactMode(mode, &st, func(m uint32) error { return unix.Fchmod(fd, m) })
+	}
+	if err != nil {
+		n.fs.abandon(fd, made.Writer)
 		return nil, nil, 0, errno(err)
 	}
 	res, err := n.fs.st.Resolve(b, rel)
 	if err != nil {
-		n.fs.abandon(fd, real, write)
+		n.fs.abandon(fd, made.Writer)
 		return nil, nil, 0, errno(err)
 	}
 	in := n.child(ctx, name, res, &st, out)
 	c := in.Operations().(*node)
-	h := n.fs.newHandle(fd, c, b, real, write)
-	c.addHandle(h)
-	if write && h.passthrough && mode&(unix.S_ISUID|unix.S_ISGID) != 0 && unprivileged(ctx) {
-		killPriv(fd) // as in Open: its writes will reach no request
+	h := n.fs.newHandle(fd, c, b, made, write)
+	if write && h.passthrough && privServed(&st) {
+		h.passthrough, h.direct, h.metered = false, true, h.meter // its writes must reach us (killpriv.go)
 	}
+	c.addHandle(h)
 	return in, h, n.fs.openFlags(h), 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.make(ctx, name, true, func(dir int, name string) error { return unix.Mkdirat(dir, name, mode) }, out)
+	return n.make(ctx, name, true, mode, func(dir int, name string) error { return unix.Mkdirat(dir, name, mode) }, out)
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.make(ctx, name, false, func(dir int, name string) error { return unix.Mknodat(dir, name, mode, int(dev)) }, out)
+	if mode&unix.S_IFMT == unix.S_IFCHR && dev == 0 {
+		return nil, syscall.EPERM // a whiteout's form in a layer (see store)
+	}
+	return n.make(ctx, name, false, mode, func(dir int, name string) error { return unix.Mknodat(dir, name, mode, int(dev)) }, out)
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.make(ctx, name, false, func(dir int, name string) error { return unix.Symlinkat(target, dir, name) }, out)
+	return n.make(ctx, name, false, 0, func(dir int, name string) error { return unix.Symlinkat(target, dir, name) }, out)
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -830,15 +893,14 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	for _, d := range ents {
 		out = append(out, fuse.DirEntry{Name: d.Name, Mode: d.Mode, Ino: d.Ino})
 	}
-	if &n.Inode == n.root && n.fs.control {
-		out = append(out, fuse.DirEntry{Name: ctlName, Mode: syscall.S_IFREG, Ino: ctlIno})
-	}
+	// The control file is reachable by name only: listed, git status and
+	// git add -A in a mount would take it for a file of the project.
 	return fs.NewListDirStream(out), 0
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	if attr == "user.arbor.ino" {
-		return 0, syscall.ENODATA
+	if strings.HasPrefix(attr, "user.arbor.") {
+		return 0, syscall.ENODATA // the store's own
 	}
 	_, _, res, e := n.resolve()
 	if e != 0 {
@@ -856,7 +918,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if e != 0 {
 		return e
 	}
-	real, err := n.fs.st.CopyUp(b, rel)
+	real, err := n.fs.st.CopyUpMeta(b, rel)
 	if err != nil {
 		return errno(err)
 	}
@@ -892,7 +954,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if _, err := n.fs.st.Getxattr(res.Real, attr, nil); err != nil {
 		return errno(err)
 	}
-	real, err := n.fs.st.CopyUp(b, rel)
+	real, err := n.fs.st.CopyUpMeta(b, rel)
 	if err != nil {
 		return errno(err)
 	}

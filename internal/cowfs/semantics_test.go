@@ -112,8 +112,13 @@ func TestIoctlCreateCommitAbort(t *testing.T) {
 		if i == won {
 			continue
 		}
-		if _, err := os.ReadFile(filepath.Join(mnt, fmt.Sprintf("@r%d", i), "f")); !errors.Is(err, unix.ESTALE) {
-			t.Fatalf("loser r%d: %v, want ESTALE", i, err)
+		// The loser's work reads (it can be rescued) and takes no change.
+		p := filepath.Join(mnt, fmt.Sprintf("@r%d", i), "f")
+		if d, err := os.ReadFile(p); err != nil || string(d) != fmt.Sprintf("r%d", i) {
+			t.Fatalf("loser r%d: %q, %v; want its own content", i, d, err)
+		}
+		if err := os.WriteFile(p, []byte("late"), 0o644); !errors.Is(err, unix.ESTALE) {
+			t.Fatalf("a write to loser r%d: %v, want ESTALE", i, err)
 		}
 	}
 }

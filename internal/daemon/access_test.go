@@ -97,15 +97,7 @@ func unmountIfOurs(p string) {
 // user's mount. Each is refused naming the rule, and nothing is mounted.
 func TestMountRules(t *testing.T) {
 	testenv.NeedFUSE(t)
-	dir := tempDir(t)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	home, sockDir := filepath.Join(dir, "home"), filepath.Join(dir, "run")
-	if err := os.Mkdir(sockDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(sockDir, "arbord.sock")
+	dir, home, sock := sharedDirs(t)
 	mk := func(rel string, uid int) string {
 		p := filepath.Join(dir, rel)
 		if err := os.MkdirAll(p, 0o755); err != nil {

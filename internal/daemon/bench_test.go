@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/client"
+	"github.com/arbor-dev/arbor/internal/jailbackend"
 	"github.com/arbor-dev/arbor/internal/testenv"
 )
 
@@ -126,5 +129,92 @@ func BenchmarkDaemonRoundTrip(b *testing.B) {
 				p50(b, rt, "p50-ns")
 			})
 		}
+	}
+}
+
+// BenchmarkFiles is a 64 MiB file written to a node and read back through
+// the real daemon (dir tree, files on FUSE), over each face: the socket's
+// chunked lines and HTTP's streamed bodies. It reports MB/s.
+func BenchmarkFiles(b *testing.B) {
+	cl, hc, root := benchDaemon(b)
+	ctx := context.Background()
+	data := make([]byte, 64<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	type face struct {
+		name  string
+		write func() error
+		read  func() error
+	}
+	for _, f := range []face{
+		{"line", func() error {
+			_, err := cl.WriteFile(ctx, "b", root, "big", 0, bytes.NewReader(data))
+			return err
+		}, func() error {
+			_, err := cl.ReadFile(ctx, "b", root, "big", io.Discard)
+			return err
+		}},
+		{"http", func() error {
+			_, err := hc.WriteFile(ctx, "b", root, "big", 0, bytes.NewReader(data))
+			return err
+		}, func() error {
+			_, err := hc.ReadFile(ctx, "b", root, "big", io.Discard)
+			return err
+		}},
+	} {
+		for _, dir := range []string{"write", "read"} {
+			op := f.write
+			if dir == "read" {
+				op = f.read
+			}
+			b.Run(f.name+"/"+dir, func(b *testing.B) {
+				if err := f.write(); err != nil { // the file to read
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(len(data)))
+				b.ResetTimer()
+				for b.Loop() {
+					if err := op(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkJailExec is the round trip of `true` in a live jail node
+// through the real daemon, over the socket and over HTTP (collected and
+// NDJSON).
+func BenchmarkJailExec(b *testing.B) {
+	testenv.NeedFUSE(b)
+	if err := jailbackend.Available(); err != nil {
+		testenv.Missing(b, testenv.Cgroup, "no sandboxes here: "+err.Error())
+	}
+	cl, hc, _ := benchDaemon(b)
+	ctx := context.Background()
+	base := tempDir(b)
+	r, err := cl.Do(ctx, api.Request{Op: api.OpTreeCreate, Base: base, TreeID: "bj", Backend: "jail"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := api.Request{TreeID: "bj", NodeID: r.Root, Argv: []string{"true"}}
+	discard := func(api.ExecOutput) error { return nil }
+	for _, f := range []struct {
+		name string
+		run  func() error
+	}{
+		{"line", func() error { _, err := cl.Exec(ctx, req, discard); return err }},
+		{"http-collected", func() error { _, err := hc.ExecCollect(ctx, req); return err }},
+		{"http-ndjson", func() error { _, err := hc.Exec(ctx, req, discard); return err }},
+	} {
+		b.Run(f.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := f.run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
+	"github.com/arbor-dev/arbor/internal/image"
 	"github.com/arbor-dev/arbor/internal/jailbackend"
 	"github.com/arbor-dev/arbor/internal/lineapi"
 	"github.com/arbor-dev/arbor/internal/mcpserver"
@@ -218,7 +220,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 // The verbs a view's control files ask for come in through the router as
 // the faces' do, timed and counted as face "ctl" in m and audited in aud
 // (nil: neither).
-func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Logger, m *metrics.Metrics, aud *audit.Log) (r *router, closeAll func(), err error) {
+//
+// images, if given, change the image store's config (tests name a
+// stand-in builder there).
+func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Logger, m *metrics.Metrics, aud *audit.Log, images ...func(*image.Config)) (r *router, closeAll func(), err error) {
 	rules, err := access.New(access.Config{Home: home})
 	if err != nil {
 		return nil, nil, err
@@ -236,10 +241,19 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 				"path", filepath.Join(home, old))
 		}
 	}
-	r = &router{}
+	// Root filesystem images, for jail trees that name one.
+	icfg := image.Config{Dir: filepath.Join(home, "images")}
+	for _, f := range images {
+		f(&icfg)
+	}
+	imgs, err := image.New(icfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	r = &router{images: imgs}
 	eng, err := engine.New(engine.Config{
 		Home:     home, // trees.db and trees/<id>/
-		Backends: backends(home, log),
+		Backends: backends(home, log, imgs),
 		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
 			return ws.OpenTreeFiles(ctx, dir, base)
 		},
@@ -281,13 +295,13 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 // when this process can run sandboxes (root, cgroups, and a binary that
 // calls jail.Main first), vm where QEMU, a guest kernel and the guest agent
 // (arbor-guest, next to this binary or on PATH) are (its images cached in
-// HOME/images/vm, with the host's python3 in the guest where there is
+// HOME/vm-images, with the host's python3 in the guest where there is
 // one); otherwise tree_create --backend jail gets the engine's
 // "unknown; this daemon serves dir".
-func backends(home string, log *slog.Logger) map[string]engine.OpenBackend {
+func backends(home string, log *slog.Logger, imgs *image.Store) map[string]engine.OpenBackend {
 	out := map[string]engine.OpenBackend{engine.BackendDir: engine.OpenDirBackend}
 	agent, _ := vmbackend.FindAgent()
-	vcfg := vmbackend.Config{VM: vm.Config{Home: filepath.Join(home, "images", "vm"), Agent: agent, Include: vm.PythonInclude()}}
+	vcfg := vmbackend.Config{VM: vm.Config{Home: filepath.Join(home, "vm-images"), Agent: agent, Include: vm.PythonInclude()}}
 	if err := vmbackend.Available(vcfg); err != nil {
 		if log != nil {
 			log.Info("backend vm not served", "why", err)
@@ -301,7 +315,10 @@ func backends(home string, log *slog.Logger) map[string]engine.OpenBackend {
 		}
 		return out
 	}
-	out[jailbackend.Name] = jailbackend.Open(jailbackend.Config{})
+	out[jailbackend.Name] = jailbackend.Open(jailbackend.Config{Image: func(name string) (string, error) {
+		im, err := imgs.Get(name)
+		return im.Root, err
+	}})
 	return out
 }
 
@@ -310,6 +327,7 @@ type router struct {
 	eng      *engine.Engine
 	uid      uint32 // the daemon's effective uid
 	shutdown func() // ends Run; nil refuses shutdown
+	images   *image.Store
 }
 
 func (r *router) Do(ctx context.Context, req api.Request) (api.Response, error) {
@@ -329,6 +347,10 @@ func (r *router) Do(ctx context.Context, req api.Request) (api.Response, error) 
 		}
 		r.shutdown()
 		return api.Response{Status: "shutting_down"}, nil
+	case api.OpImageList, api.OpImageRm:
+		return r.image(ctx, req)
+	case api.OpImageBuild: // collected: the progress dropped (BuildImage streams it)
+		return r.BuildImage(ctx, req, func(string) error { return nil })
 	}
 	return r.eng.Do(ctx, req)
 }
@@ -339,6 +361,35 @@ func (r *router) Watch(ctx context.Context, treeID string) (api.Response, <-chan
 
 func (r *router) Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error) {
 	return r.eng.Exec(ctx, req, out)
+}
+
+// ExecInput, OpenFile, WriteFile and Logs serve the streamed verbs (the
+// faces' InputExecer, Filer and Logger).
+func (r *router) ExecInput(ctx context.Context, req api.Request, stdin io.Reader, resize <-chan api.Input, out func(api.ExecOutput) error) (api.ExecExit, error) {
+	return r.eng.ExecInput(ctx, req, stdin, resize, out)
+}
+
+func (r *router) OpenFile(ctx context.Context, req api.Request) (io.ReadCloser, api.FileInfo, error) {
+	return r.eng.OpenFile(ctx, req)
+}
+
+func (r *router) WriteFile(ctx context.Context, req api.Request, rd io.Reader) (api.FileInfo, error) {
+	return r.eng.WriteFile(ctx, req, rd)
+}
+
+// ReadFile copies a node's file to w (the MCP server's read_file).
+func (r *router) ReadFile(ctx context.Context, treeID, nodeID, path string, w io.Writer) (api.FileInfo, error) {
+	rc, fi, err := r.eng.OpenFile(ctx, api.Request{TreeID: treeID, NodeID: nodeID, Path: path})
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	defer rc.Close()
+	_, err = io.Copy(w, rc)
+	return fi, err
+}
+
+func (r *router) Logs(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (*api.ExecExit, error) {
+	return r.eng.Logs(ctx, req, out)
 }
 
 // gauges turns the engine's per-tree figures into the metrics' gauges.

@@ -148,3 +148,19 @@ func freeAddr(tb testing.TB) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// sharedDirs makes a directory other uids can reach (0755), with the
+// daemon's home and a socket directory in it, for tests whose requests come
+// from other uids; it returns the directory, the home and the socket path.
+func sharedDirs(t *testing.T) (dir, home, sock string) {
+	t.Helper()
+	dir = tempDir(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sockDir := filepath.Join(dir, "run")
+	if err := os.Mkdir(sockDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir, filepath.Join(dir, "home"), filepath.Join(sockDir, "arbord.sock")
+}

@@ -34,16 +34,22 @@ func TestJailTreeOverSocket(t *testing.T) {
 	if l := must(api.Request{Op: api.OpTreeList}); len(l.Trees) != 1 || l.Trees[0].Backend != "jail" {
 		t.Fatalf("tree_list: %+v", l.Trees)
 	}
+	run := func(node, script string) (string, api.ExecExit, error) { return shIn(ctx, c, "jt", node, script) }
+	if out, x, err := run(tr.Root, "echo root > /tmp/r"); err != nil || x.ExitCode != 0 {
+		t.Fatalf("exec in the root: %q %+v %v", out, x, err)
+	}
 	child := must(api.Request{Op: api.OpTreeFork, TreeID: "jt", SourceID: tr.Root, Label: "child"})
 	t.Logf("fork of a live jail node: latency_ns %d", child.LatencyNS)
+	if child.Processes != api.ProcessesNotCarried || len(child.Forks) != 1 || child.Forks[0].Processes != api.ProcessesNotCarried {
+		t.Fatalf("a jail fork's reply says processes %q (%+v), want %q", child.Processes, child.Forks, api.ProcessesNotCarried)
+	}
 
-	run := func(node, script string) (string, api.ExecExit, error) { return shIn(ctx, c, "jt", node, script) }
-	out, x, err := run(child.NodeID, "echo hi; cat /workspace/f; echo mine > /workspace/g")
-	if err != nil || x.ExitCode != 0 || out != "hi\nfrom the base\n" {
+	out, x, err := run(child.NodeID, "echo hi; cat /workspace/f /tmp/r; echo mine > /workspace/g; echo tmp > /tmp/c")
+	if err != nil || x.ExitCode != 0 || out != "hi\nfrom the base\nroot\n" {
 		t.Fatalf("exec in the child: %q %+v %v", out, x, err)
 	}
-	if out, _, _ := run(tr.Root, "cat /workspace/g 2>&1"); strings.Contains(out, "mine") {
-		t.Fatalf("the parent sees the child's file before the commit: %q", out)
+	if out, _, _ := run(tr.Root, "cat /workspace/g /tmp/c 2>/dev/null"); out != "" {
+		t.Fatalf("the parent sees the child's files or /tmp before the commit: %q", out)
 	}
 
 	// Processes in the child: one the exec waits for, one it set loose.
@@ -83,8 +89,11 @@ func TestJailTreeOverSocket(t *testing.T) {
 	for _, arg := range []string{"987653", "987654"} {
 		waitProcs(t, arg, false)
 	}
-	if out, x, err := run(tr.Root, "cat /workspace/g"); err != nil || x.ExitCode != 0 || out != "mine\n" {
+	if out, x, err := run(tr.Root, "cat /workspace/g /tmp/c"); err != nil || x.ExitCode != 0 || out != "mine\ntmp\n" {
 		t.Fatalf("the parent after the commit reads %q (%+v %v)", out, x, err)
+	}
+	if _, err := os.Stat(filepath.Join(tg.Base, "c")); !os.IsNotExist(err) {
+		t.Fatalf("the child's /tmp reached the base directory: %v", err)
 	}
 
 	// One fork_batch of the live root: three children, each live in a
@@ -95,6 +104,9 @@ func TestJailTreeOverSocket(t *testing.T) {
 	}
 	for _, f := range fb.Forks {
 		t.Logf("fork_batch child %s: latency_ns %d", f.NodeID, f.LatencyNS)
+		if f.Processes != api.ProcessesNotCarried {
+			t.Fatalf("fork_batch child %s: processes %q", f.NodeID, f.Processes)
+		}
 		if out, x, err := run(f.NodeID, "hostname; cat /workspace/g"); err != nil || x.ExitCode != 0 || out != f.NodeID+"\nmine\n" {
 			t.Fatalf("exec in batch child %s: %q %+v %v", f.NodeID, out, x, err)
 		}
@@ -103,7 +115,7 @@ func TestJailTreeOverSocket(t *testing.T) {
 
 // needJail skips (or fails, under ARBOR_TEST_REQUIRE) where the daemon
 // cannot serve jail trees.
-func needJail(t *testing.T) {
+func needJail(t testing.TB) {
 	t.Helper()
 	testenv.NeedFUSE(t)
 	if err := jailbackend.Available(); err != nil {
@@ -229,4 +241,47 @@ func jailCgroups(t *testing.T, label string) []string {
 		}
 	}
 	return out
+}
+
+// TestJailLimitsOverSocket: a jail tree's budget limits each node's
+// sandbox: the per-node limits come back in the tree's budget, a command
+// past the memory limit ends with oom_killed on the wire, and a fork bomb
+// meets EAGAIN.
+func TestJailLimitsOverSocket(t *testing.T) {
+	needJail(t)
+	tg := realTarget(t)
+	c := client.New(serveLine(t, tg.Handler))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	must := mustDo(t, ctx, c)
+	b := &api.Budget{MaxNodeRAMBytes: 64 << 20, MaxNodePids: 32}
+	tr := must(api.Request{Op: api.OpTreeCreate, TreeID: "jl", Base: tg.Base, Backend: "jail", Budget: b})
+	nodes := must(api.Request{Op: api.OpTreeNodes, TreeID: "jl"})
+	if nodes.Budget == nil || nodes.Budget.MaxNodeRAMBytes != 64<<20 || nodes.Budget.MaxNodePids != 32 {
+		t.Fatalf("the tree's budget: %+v", nodes.Budget)
+	}
+	out, x, err := shIn(ctx, c, "jl", tr.Root, `perl -e 'my $x = "a" x (256 << 20)'; echo "exit $?"`)
+	if err != nil || !x.OOMKilled || !strings.Contains(out, "exit 137") {
+		t.Fatalf("256 MiB under a 64 MiB node limit: %q %+v %v, want oom_killed", out, x, err)
+	}
+	// What /tmp holds is the node's disk usage too.
+	if out, x, err := shIn(ctx, c, "jl", tr.Root, "head -c 3145728 /dev/urandom > /tmp/three"); err != nil || x.ExitCode != 0 {
+		t.Fatalf("write /tmp: %q %+v %v", out, x, err)
+	}
+	var disk int64
+	for deadline := time.Now().Add(5 * time.Second); disk < 3<<20 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, n := range must(api.Request{Op: api.OpTreeNodes, TreeID: "jl"}).Nodes {
+			if n.ID == tr.Root {
+				disk = n.DiskBytes
+			}
+		}
+	}
+	if disk < 3<<20 {
+		t.Fatalf("the root holds 3 MiB in /tmp, tree_nodes says disk_bytes %d", disk)
+	}
+	out, x, err = shIn(ctx, c, "jl", tr.Root, `perl -e 'my @k; while (1) { my $p = fork; if (!defined $p) { print $!{EAGAIN} ? "EAGAIN\n" : "$!\n"; kill "KILL", @k; exit 0 } if ($p == 0) { sleep 60; exit 0 } push @k, $p; if (@k > 100) { print "no limit\n"; kill "KILL", @k; exit 0 } }'`)
+	if err != nil || x.ExitCode != 0 || out != "EAGAIN\n" {
+		t.Fatalf("a fork bomb under a pids limit of 32: %q %+v %v", out, x, err)
+	}
 }

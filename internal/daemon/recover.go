@@ -38,7 +38,7 @@ func lockHeld(lock *os.File, home string, ab *fusemount.Aborter, wait time.Durat
 			return nil
 		}
 		pid, ok := lockHolder(lock)
-		if !ok || !dying(pid) || time.Now().After(deadline) {
+		if !ok || !(dying(pid) || exited(pid)) || time.Now().After(deadline) {
 			if abortErr != nil {
 				return fmt.Errorf("%w (the dying daemon %d holds it: %w)", err, pid, abortErr)
 			}
@@ -93,6 +93,21 @@ func dying(pid int) bool {
 		}
 	}
 	return false
+}
+
+// exited reports whether pid has exited (gone, or a zombie). A lock whose
+// taker exited is held by a child that inherited the lock's descriptor:
+// one the daemon was forking when it was killed (a sandbox's init, between
+// its fork and its exec, which closes the descriptor; its Pdeathsig kills
+// it first). It goes within moments.
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
 }
 
 // abortMounts aborts the FUSE connections of the mounts under home and of

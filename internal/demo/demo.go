@@ -29,6 +29,23 @@ type Doer interface {
 	Do(ctx context.Context, req api.Request) (api.Response, error)
 }
 
+// Execer runs a command in a node and streams its output: the Go client's
+// Exec. A Client that is one lets the demo run its agents in the nodes'
+// sandboxes (backend jail).
+type Execer interface {
+	Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error)
+}
+
+// Backends the demo runs on (Config.Backend).
+const (
+	BackendDir  = "dir"
+	BackendJail = "jail"
+)
+
+// workDir is where the agents work in a sandbox: the seed's /tmp/workspace,
+// in the node's /tmp, which the node's fork carries as it carries the files.
+const workDir = "/tmp/workspace"
+
 // ErrCheck is returned (wrapped, with the Summary) when a run's evidence is
 // not what the demo demonstrates: the run completed, but a claim failed.
 var ErrCheck = errors.New("demo check failed")
@@ -69,8 +86,9 @@ type Config struct {
 	Workdir string
 	// Out receives the printed summary. Default: discarded.
 	Out io.Writer
-	// Python is the interpreter the agents run, a name on PATH or a path.
-	// Default: python3.
+	// Python is the interpreter the agents run on dir, a name on PATH or a
+	// path (it must exist on the host either way). In a sandbox they run
+	// its root's python3. Default: python3.
 	Python string
 	// VendoredBytes is the size of build-artifacts/vendored.bin.
 	// Default: DefaultVendoredBytes.
@@ -80,6 +98,12 @@ type Config struct {
 	// KeepTree leaves the tree in the daemon for inspection instead of
 	// deleting it (and its disk) at the end.
 	KeepTree bool
+	// Backend is the tree's backend: BackendJail runs each agent in its
+	// node's sandbox, in /tmp/workspace, through exec; BackendDir runs the
+	// agents as host processes in the nodes' files. Default: jail when the
+	// Client can exec and the daemon serves jail trees (root with cgroups),
+	// else dir, said in one line.
+	Backend string
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -119,6 +143,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.AgentTimeout < 0 {
 		return c, api.Errorf(api.ErrBadRequest, "demo: AgentTimeout %v < 0", c.AgentTimeout)
 	}
+	switch c.Backend {
+	case "", BackendDir:
+	case BackendJail:
+		if _, ok := c.Client.(Execer); !ok {
+			return c, api.Errorf(api.ErrBadRequest, "demo: backend jail needs a Client that can exec")
+		}
+	default:
+		return c, api.Errorf(api.ErrBadRequest, "demo: backend %q (want %s or %s)", c.Backend, BackendDir, BackendJail)
+	}
 	return c, nil
 }
 
@@ -126,9 +159,17 @@ func (c Config) withDefaults() (Config, error) {
 // renamed to Arbor's vocabulary (branch_tag -> tree_id, daemon_pause_ms ->
 // daemon_fork_ms, sandbox_id -> node_id).
 type Summary struct {
-	TreeID   string            `json:"tree_id"`
-	SourceID string            `json:"source_id"`
-	ChildIDs map[string]string `json:"child_ids"` // label -> node id
+	TreeID string `json:"tree_id"`
+	// Backend is the tree's backend; BackendNote says why it is dir when
+	// the demo chose (sandboxes were not possible).
+	Backend     string `json:"backend"`
+	BackendNote string `json:"backend_note,omitempty"`
+	// SourcePauseNS is how long the fork_batch held the running source
+	// paused, and SandboxStartNS each agent's sandbox start (jail).
+	SourcePauseNS  int64             `json:"source_pause_ns,omitempty"`
+	SandboxStartNS map[string]int64  `json:"sandbox_start_ns,omitempty"`
+	SourceID       string            `json:"source_id"`
+	ChildIDs       map[string]string `json:"child_ids"` // label -> node id
 	// The daemon-measured latency of the one tree_fork_batch of the three
 	// children, and the client's round trip around it.
 	ForkLatencyNS   int64   `json:"daemon_fork_latency_ns"`
@@ -200,12 +241,15 @@ func CodingAgent(ctx context.Context, cfg Config) (Summary, error) {
 // run is one demo run; it is used by one goroutine except where runAgents
 // fans out, which only reads it.
 type run struct {
-	cfg    Config
-	treeID string
-	ids    map[string]string // label -> node id
-	paths  map[string]string // label -> node path on the host
-	diffs  map[string]int    // child label -> DiffLines against the fork point
-	sum    Summary
+	cfg     Config
+	exec    Execer // set: the agents run in sandboxes
+	scratch string // where a sandbox's workspace is copied to be read
+	looks   int    // copies made
+	treeID  string
+	ids     map[string]string // label -> node id
+	paths   map[string]string // label -> node path on the host
+	diffs   map[string]int    // child label -> DiffLines against the fork point
+	sum     Summary
 }
 
 func (r *run) do(ctx context.Context) (_ Summary, err error) {
@@ -219,9 +263,15 @@ func (r *run) do(ctx context.Context) (_ Summary, err error) {
 		return r.sum, fmt.Errorf("demo: base dir: %w", err)
 	}
 
-	resp, err := r.call(ctx, api.Request{Op: api.OpTreeCreate, Base: base, Backend: "dir"})
+	resp, err := r.create(ctx, base)
 	if err != nil {
 		return r.sum, err
+	}
+	if r.exec != nil {
+		if r.scratch, err = os.MkdirTemp("", "arbor-demo-"); err != nil {
+			return r.sum, fmt.Errorf("demo: %w", err)
+		}
+		defer os.RemoveAll(r.scratch)
 	}
 	if resp.TreeID == "" || resp.Root == "" {
 		return r.sum, fmt.Errorf("demo: tree_create: reply without tree_id or root: %w", api.ErrInternal)
@@ -271,6 +321,39 @@ func (r *run) do(ctx context.Context) (_ Summary, err error) {
 	return r.sum, nil
 }
 
+// create makes the tree on the backend Config.Backend names or, by
+// default, on jail if the client can exec and the daemon serves it, else
+// on dir (saying why in one line).
+func (r *run) create(ctx context.Context, base string) (api.Response, error) {
+	ex, canExec := r.cfg.Client.(Execer)
+	backend := r.cfg.Backend
+	if backend == "" && canExec {
+		resp, err := r.call(ctx, api.Request{Op: api.OpTreeCreate, Base: base, Backend: BackendJail})
+		if err == nil {
+			r.exec, r.sum.Backend = ex, BackendJail
+			return resp, nil
+		}
+		if !errors.Is(err, api.ErrBadRequest) { // the daemon serves no jail trees: anything else is a failure
+			return resp, err
+		}
+		r.sum.BackendNote = fmt.Sprintf("sandboxes not possible here (%v)", err)
+	} else if backend == "" {
+		r.sum.BackendNote = "sandboxes not possible with this client (it cannot exec)"
+	}
+	if backend == "" {
+		backend = BackendDir
+		fmt.Fprintf(r.cfg.Out, "demo: %s: the agents run as host processes on the dir backend\n", r.sum.BackendNote)
+	}
+	resp, err := r.call(ctx, api.Request{Op: api.OpTreeCreate, Base: base, Backend: backend})
+	if err == nil {
+		r.sum.Backend = backend
+		if backend == BackendJail {
+			r.exec = ex
+		}
+	}
+	return resp, err
+}
+
 // setup is forkd's recipe up to the evidence: source, fork batch, strategies.
 func (r *run) setup(ctx context.Context, root string) error {
 	src, err := r.fork1(ctx, root, Source)
@@ -279,20 +362,27 @@ func (r *run) setup(ctx context.Context, root string) error {
 	}
 	r.ids[Source], r.paths[Source] = src.NodeID, src.Path
 	r.sum.SourceID = src.NodeID
+	if r.exec != nil {
+		r.sum.SandboxStartNS = map[string]int64{Source: src.StartNS}
+	}
 	if err := r.agent(ctx, Source, "setup-source.sh", nil); err != nil {
 		return err
 	}
-	srcAtFork, err := sample(r.paths[Source])
+	srcRoot, err := r.look(ctx, Source)
+	if err != nil {
+		return err
+	}
+	srcAtFork, err := r.sample(ctx, Source, srcRoot)
 	if err != nil {
 		return fmt.Errorf("demo: sample source: %w", err)
 	}
-	forkPoint, err := pySources(r.paths[Source])
+	forkPoint, err := pySources(srcRoot)
 	if err != nil {
 		return fmt.Errorf("demo: source files: %w", err)
 	}
 	// A child's edit must not land in the same mtime second as the .pyc it
 	// invalidates (see the package doc).
-	if err := waitPastSecond(ctx, latestMtime(r.paths[Source], forkPoint)); err != nil {
+	if err := waitPastSecond(ctx, latestMtime(srcRoot, forkPoint)); err != nil {
 		return err
 	}
 
@@ -304,6 +394,7 @@ func (r *run) setup(ctx context.Context, root string) error {
 	}
 	r.sum.ForkLatencyNS = resp.LatencyNS
 	r.sum.ForkLatencyMS = float64(resp.LatencyNS) / 1e6
+	r.sum.SourcePauseNS = resp.PauseNS
 	if err := r.writeJSON("fork-batch.json", resp); err != nil {
 		return err
 	}
@@ -325,11 +416,18 @@ func (r *run) setup(ctx context.Context, root string) error {
 			}
 		}
 		r.ids[label], r.paths[label], r.sum.ChildIDs[label] = f.NodeID, f.Path, f.NodeID
+		if r.exec != nil {
+			r.sum.SandboxStartNS[label] = f.StartNS
+		}
 	}
 
 	ev := map[string]Evidence{}
 	for _, label := range strategies {
-		pc, _, err := pycacheMD5(r.paths[label])
+		root, err := r.look(ctx, label)
+		if err != nil {
+			return err
+		}
+		pc, _, err := pycacheMD5(root)
 		if err != nil {
 			return fmt.Errorf("demo: sample %s at fork: %w", label, err)
 		}
@@ -345,14 +443,18 @@ func (r *run) setup(ctx context.Context, root string) error {
 	diffs := map[string]int{}
 	var lines []string
 	for _, label := range agents {
-		s, err := sample(r.paths[label])
+		root, err := r.look(ctx, label)
+		if err != nil {
+			return err
+		}
+		s, err := r.sample(ctx, label, root)
 		if err != nil {
 			return fmt.Errorf("demo: sample %s: %w", label, err)
 		}
 		e := ev[label]
 		e.PycacheMD5, e.PycacheFiles, e.VendoredMD5, e.VendoredSize = s.pycache, s.pycacheFiles, s.vendoredMD5, s.vendoredSize
 		ev[label] = e
-		log, err := os.ReadFile(filepath.Join(r.paths[label], ".agent-log"))
+		log, err := os.ReadFile(filepath.Join(root, ".agent-log"))
 		if err != nil {
 			return fmt.Errorf("demo: %s log: %w", label, err)
 		}
@@ -366,7 +468,7 @@ func (r *run) setup(ctx context.Context, root string) error {
 		}
 		lines = append(lines, fmt.Sprintf("%s %s %s %s %d", label, e.NodeID, e.PycacheMD5, e.VendoredMD5, e.VendoredSize))
 		if label != Source {
-			files, err := pySources(r.paths[label])
+			files, err := pySources(root)
 			if err != nil {
 				return fmt.Errorf("demo: %s files: %w", label, err)
 			}
@@ -452,11 +554,15 @@ func (r *run) commit(ctx context.Context) error {
 	if err := r.agent(ctx, Source, "retest.sh", []string{"WINNER=" + c.Label}); err != nil {
 		return err
 	}
-	initPy, err := os.ReadFile(filepath.Join(r.paths[Source], "mathy", "__init__.py"))
+	srcRoot, err := r.look(ctx, Source)
+	if err != nil {
+		return err
+	}
+	initPy, err := os.ReadFile(filepath.Join(srcRoot, "mathy", "__init__.py"))
 	if err != nil {
 		return fmt.Errorf("demo: source after commit: %w", err)
 	}
-	log, err := os.ReadFile(filepath.Join(r.paths[Source], ".agent-log"))
+	log, err := os.ReadFile(filepath.Join(srcRoot, ".agent-log"))
 	if err != nil {
 		return fmt.Errorf("demo: source log after commit: %w", err)
 	}
@@ -479,6 +585,7 @@ func (r *run) fork1(ctx context.Context, parent, label string) (api.Fork, error)
 	}
 	f := api.Fork{NodeID: resp.NodeID, Path: resp.Path, Label: label, LatencyNS: resp.LatencyNS}
 	if len(resp.Forks) > 0 {
+		f.StartNS = resp.Forks[0].StartNS
 		if f.NodeID == "" {
 			f.NodeID = resp.Forks[0].NodeID
 		}
@@ -524,8 +631,9 @@ func (r *run) call(ctx context.Context, req api.Request) (api.Response, error) {
 	return resp, nil
 }
 
-// agent runs one embedded script as a host process in label's files. The
-// process group is killed on timeout so no python outlives the demo.
+// agent runs one embedded script in label's workspace: in its sandbox
+// (agentIn), or as a host process in its files. The host process's group
+// is killed on timeout so no python outlives the demo.
 func (r *run) agent(ctx context.Context, label, script string, env []string) error {
 	body, err := scripts.ReadFile("scripts/" + script)
 	if err != nil {
@@ -533,6 +641,9 @@ func (r *run) agent(ctx context.Context, label, script string, env []string) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AgentTimeout)
 	defer cancel()
+	if r.exec != nil {
+		return r.agentIn(ctx, label, script, string(body), env)
+	}
 	cmd := exec.CommandContext(ctx, "sh", "-c", string(body), script)
 	cmd.Dir = r.paths[label]
 	cmd.Env = append(agentEnv(os.Environ()),

@@ -636,3 +636,52 @@ func TestAgentEnv(t *testing.T) {
 		t.Errorf("agentEnv = %v, want %v", got, want)
 	}
 }
+
+// refusingDaemon is the fake daemon with an Exec: a client that can exec,
+// talking to a daemon that serves no jail trees (the fake refuses every
+// backend but dir with ErrBadRequest, as arbord does one it lacks).
+type refusingDaemon struct {
+	*fakeDaemon
+	t *testing.T
+}
+
+func (r refusingDaemon) Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error) {
+	r.t.Errorf("exec %v on a dir tree", req.Argv)
+	return api.ExecExit{}, api.ErrNotSupported
+}
+
+// TestCodingAgentFallsBackToDir: where sandboxes are not possible (the
+// daemon refuses a jail tree, or the client cannot exec) the demo runs on
+// dir and says so in one line, in its output and in the summary.
+func TestCodingAgentFallsBackToDir(t *testing.T) {
+	needPython(t)
+	for _, tc := range []struct {
+		name   string
+		client func(*fakeDaemon) Doer
+		note   string
+	}{
+		{"daemon without jail", func(f *fakeDaemon) Doer { return refusingDaemon{f, t} }, "sandboxes not possible here"},
+		{"client without exec", func(f *fakeDaemon) Doer { return f }, "sandboxes not possible with this client"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := newFake(t)
+			var out bytes.Buffer
+			sum, err := CodingAgent(testCtx(t), Config{Client: tc.client(fake), Workdir: t.TempDir(), Out: &out, VendoredBytes: 1 << 20})
+			if err != nil {
+				t.Fatalf("CodingAgent: %v\n%s", err, out.String())
+			}
+			if sum.Backend != BackendDir || !strings.HasPrefix(sum.BackendNote, tc.note) {
+				t.Errorf("backend %q, note %q; want dir, %q", sum.Backend, sum.BackendNote, tc.note)
+			}
+			first, _, _ := strings.Cut(out.String(), "\n")
+			if !strings.HasPrefix(first, "demo: "+tc.note) || !strings.HasSuffix(first, "on the dir backend") || strings.Count(out.String(), "not possible") != 2 {
+				t.Errorf("output does not say it once up front (and once in the summary):\n%s", out.String())
+			}
+		})
+	}
+	for _, cfg := range []Config{{Client: newFake(t), Backend: "vm"}, {Client: newFake(t), Backend: BackendJail}} {
+		if _, err := CodingAgent(testCtx(t), cfg); !errors.Is(err, api.ErrBadRequest) {
+			t.Errorf("backend %q with a %T: %v, want ErrBadRequest", cfg.Backend, cfg.Client, err)
+		}
+	}
+}

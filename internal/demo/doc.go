@@ -7,9 +7,16 @@
 //   - agent: one node of the demo's tree and the shell script that works in
 //     its files. "source" builds the workspace; "minimal", "rewrite" and
 //     "skip" are its three children, one per fix strategy.
-//   - workspace: a node's files, at the node's Path on the host. Agents are
-//     ordinary host processes (sh, python3) whose working directory is that
-//     path, as BranchFS users work; no sandbox yet.
+//   - workspace: where an agent works. On a jail tree (the default where the
+//     daemon serves one and the client can exec) it is /tmp/workspace in the
+//     node's sandbox, as forkd's recipe keeps it in /tmp: the agent runs
+//     there through tree_exec, the node's fork carries it (the node's /tmp
+//     is node state), and the demo reads it by copying it out (a tar from
+//     inside, vendored.bin left out and summed inside). On a dir tree it is
+//     the node's files at its Path on the host, and agents are ordinary
+//     host processes (sh, python3) working there, as BranchFS users work.
+//   - backend: jail or dir (Config.Backend); where the demo chose dir
+//     because sandboxes are not possible, it says so in one line.
 //   - evidence: what the demo measures in each workspace: md5 and size of
 //     build-artifacts/vendored.bin, the md5 of the __pycache__ trees (at the
 //     fork and after the child re-ran its tests), mathy/__init__.py, and the
@@ -17,7 +24,7 @@
 //
 // # Lifecycle
 //
-// CodingAgent makes a base directory, tree_create, tree_fork of the source
+// CodingAgent makes a base directory, tree_create (jail, else dir), tree_fork of the source
 // from the root, runs setup-source.sh in the source, samples it, makes the
 // three children with ONE tree_fork_batch, samples each child's __pycache__
 // before it runs, runs the three strategies concurrently, collects the

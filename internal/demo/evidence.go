@@ -31,16 +31,23 @@ type snapshot struct {
 }
 
 func sample(root string) (snapshot, error) {
+	s, err := sampleFiles(root)
+	if err != nil {
+		return s, err
+	}
+	s.vendoredMD5, s.vendoredSize, err = fileMD5(filepath.Join(root, vendoredPath))
+	return s, err
+}
+
+// sampleFiles is sample but for vendored.bin.
+func sampleFiles(root string) (snapshot, error) {
 	var s snapshot
 	b, err := os.ReadFile(filepath.Join(root, initPyPath))
 	if err != nil {
 		return s, err
 	}
 	s.initPy = string(b)
-	if s.pycache, s.pycacheFiles, err = pycacheMD5(root); err != nil {
-		return s, err
-	}
-	s.vendoredMD5, s.vendoredSize, err = fileMD5(filepath.Join(root, vendoredPath))
+	s.pycache, s.pycacheFiles, err = pycacheMD5(root)
 	return s, err
 }
 

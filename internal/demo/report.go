@@ -92,7 +92,18 @@ func (s *Summary) forkMarkdown() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("# coding-agent-fork on Arbor\n\n")
-	w("- tree: `%s` (backend dir: files only; the agents are host processes working in each node's files)\n", s.TreeID)
+	if s.Backend == BackendJail {
+		w("- tree: `%s` (backend jail: each agent runs in its node's sandbox, in %s, the node's /tmp, through `tree_exec`)\n", s.TreeID, workDir)
+		ms := func(ns int64) float64 { return float64(ns) / 1e6 }
+		st := s.SandboxStartNS
+		w("- the source's pause for the fork: **%.3f ms**; sandbox starts: source %.1f ms, minimal %.1f ms, rewrite %.1f ms, skip %.1f ms\n",
+			ms(s.SourcePauseNS), ms(st[Source]), ms(st[Minimal]), ms(st[Rewrite]), ms(st[Skip]))
+	} else {
+		w("- tree: `%s` (backend dir: files only; the agents are host processes working in each node's files)\n", s.TreeID)
+		if s.BackendNote != "" {
+			w("- %s: ran on dir\n", s.BackendNote)
+		}
+	}
 	w("- daemon-measured `tree_fork_batch` latency for the 3 children: **%.3f ms** (%d ns); client round trip %.3f ms\n",
 		s.ForkLatencyMS, s.ForkLatencyNS, float64(s.ForkRoundTripNS)/1e6)
 	w("- source node: `%s`; children: minimal `%s`, rewrite `%s`, skip `%s`\n\n",

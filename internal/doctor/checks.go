@@ -519,6 +519,24 @@ func checkQEMU(ctx context.Context, h *host) Check {
 	return ok(fmt.Sprintf("%s: %s. %s", p, v, use))
 }
 
+func checkMmdebstrap(_ context.Context, h *host) Check {
+	use := "arbord builds root filesystem images for jail trees with it (arbor image build); trees on the host's root do not need it"
+	p, _, found := h.lookPath("mmdebstrap", "")
+	if !found {
+		return warn("mmdebstrap is not installed: "+use, "apt-get install mmdebstrap")
+	}
+	return ok(fmt.Sprintf("%s: %s", p, use))
+}
+
+func checkPasta(_ context.Context, h *host) Check {
+	use := "it gives jail sandboxes outbound network (arbor tree create --network outbound); the default, loopback only, does not need it"
+	p, _, found := h.lookPath("pasta", "")
+	if !found {
+		return warn("pasta (passt) is not installed: "+use, "apt-get install passt")
+	}
+	return ok(fmt.Sprintf("%s: %s", p, use))
+}
+
 // fsNames names the filesystems by their statfs magic.
 var fsNames = map[int64]string{
 	unix.EXT4_SUPER_MAGIC: "ext4", unix.XFS_SUPER_MAGIC: "xfs", unix.BTRFS_SUPER_MAGIC: "btrfs",

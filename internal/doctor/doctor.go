@@ -131,6 +131,8 @@ var checks = []struct {
 	{"seccomp", checkSeccomp},
 	{"kvm", checkKVM},
 	{"qemu", checkQEMU},
+	{"mmdebstrap", checkMmdebstrap},
+	{"pasta", checkPasta},
 	{"reflink", checkReflink},
 	{"open_files", checkOpenFiles},
 	{"protected_hardlinks", checkProtectedHardlinks},

@@ -129,6 +129,8 @@ func modern() *fakeHost {
 			"dev/kvm":                                                 device(0o660, 0, 104),
 			"usr/bin/fusermount3":                                     program(fs.ModeSetuid|0o755, 0),
 			"usr/bin/qemu-system-x86_64":                              program(0o755, 0),
+			"usr/bin/mmdebstrap":                                      program(0o755, 0),
+			"usr/bin/pasta":                                           program(0o755, 0),
 			"var/lib/arbor/trees.db":                                  text(""),
 		},
 		probe: Probes{
@@ -169,6 +171,8 @@ func thisMachine() *fakeHost {
 	f.files["dev/kvm"] = device(0o600, 0, 0)
 	delete(f.files, "usr/bin/fusermount3")
 	delete(f.files, "usr/bin/qemu-system-x86_64")
+	delete(f.files, "usr/bin/mmdebstrap")
+	delete(f.files, "usr/bin/pasta")
 	delete(f.files, "var/lib/arbor/trees.db")
 	f.files["var/lib/dpkg"] = dir()
 	f.probe.LandlockABI = func() (int, error) { return 7, nil }
@@ -219,6 +223,8 @@ func TestChecks(t *testing.T) {
 			"seccomp":             {status: OK},
 			"kvm":                 {status: OK, contains: []string{"VMX, kvm_intel"}},
 			"qemu":                {status: OK, contains: []string{"8.2.2"}},
+			"mmdebstrap":          {status: OK, contains: []string{"/usr/bin/mmdebstrap", "arbor image build"}},
+			"pasta":               {status: OK, contains: []string{"/usr/bin/pasta", "--network outbound"}},
 			"reflink":             {status: OK, contains: []string{"btrfs at /var/lib/arbor clones"}},
 			"open_files":          {status: OK, contains: []string{"hard 1048576"}},
 			"protected_hardlinks": {status: OK, contains: []string{"fs.protected_hardlinks = 1"}},
@@ -233,10 +239,12 @@ func TestChecks(t *testing.T) {
 			"cgroup": {status: Warn, contains: []string{"hybrid: v1 controllers cpu, memory, freezer, pids;",
 				"cgroup2 at /sys/fs/cgroup/unified with controllers hugetlb", "cgroup.kill and cgroup.freeze (by the kernel's version",
 				"cgroup2 lacks memory and pids"}, fix: "systemd.unified_cgroup_hierarchy=1"},
-			"landlock": {status: OK, contains: []string{"ABI 7", "audit logs"}},
-			"kvm":      {status: Warn, contains: []string{"PVM", "no VMX or SVM", "itself a virtual machine", "does not boot"}},
-			"qemu":     {status: Missing, fix: "apt-get install qemu-system-x86"},
-			"reflink":  {status: Missing, contains: []string{"ext4 at /var/lib (ARBOR_HOME /var/lib/arbor does not exist yet) cannot clone"}},
+			"landlock":   {status: OK, contains: []string{"ABI 7", "audit logs"}},
+			"kvm":        {status: Warn, contains: []string{"PVM", "no VMX or SVM", "itself a virtual machine", "does not boot"}},
+			"qemu":       {status: Missing, fix: "apt-get install qemu-system-x86"},
+			"mmdebstrap": {status: Warn, contains: []string{"not installed"}, fix: "apt-get install mmdebstrap"},
+			"pasta":      {status: Warn, contains: []string{"not installed"}, fix: "apt-get install passt"},
+			"reflink":    {status: Missing, contains: []string{"ext4 at /var/lib (ARBOR_HOME /var/lib/arbor does not exist yet) cannot clone"}},
 		}},
 		{name: "non-root, /dev/fuse 0600 root", host: func() *fakeHost {
 			f := nonRoot()

@@ -79,6 +79,16 @@ type Backend interface {
 	Close() error
 }
 
+// DiskUser is a Backend that keeps node state on disk besides the files (a
+// jail's /tmp): the engine adds it to each node's disk usage, so the
+// tree's disk budget counts it. A backend that is one limits what it keeps
+// by the budget's MaxDiskBytes itself.
+type DiskUser interface {
+	// DiskUsage is the bytes each node's state holds on disk now (or at
+	// most a second ago), by node id.
+	DiskUsage() map[string]int64
+}
+
 // OpenBackend opens one tree's backend. ctx is the engine's lifetime, not a
 // request's: it ends when the engine closes, and the backend may bind what
 // it runs to it. OpenBackend finishes or undoes what a crash cut short
@@ -98,6 +108,17 @@ type BackendConfig struct {
 	Dir string
 	// Base is the tree's base directory.
 	Base string
+	// Image names the root filesystem image the tree's sandboxes run on
+	// (empty: the host's root), Network their network (empty: none, or
+	// api.NetworkOutbound). A backend that cannot honour them refuses to
+	// open with an error wrapping api.ErrBadRequest (api.ErrNotFound for
+	// an image that does not exist).
+	Image   string
+	Network string
+	// Budget is the tree's budget, its defaults filled in: a backend that
+	// runs processes limits each node by its MaxNodeRAMBytes and
+	// MaxNodePids.
+	Budget api.Budget
 }
 
 // Caps is what a backend serves.
@@ -114,6 +135,20 @@ type Caps struct {
 	// Lost is the rule for a node the tree holds live whose sandbox is
 	// gone (the daemon was killed, or closed): LostRestart or LostSuspend.
 	Lost LostRule
+}
+
+// ForkProcesses is what a fork's reply says of the source's processes
+// (api.Fork.Processes): carried with its memory, not carried by a backend
+// that runs commands without carrying them, nothing for one that runs
+// none.
+func (c Caps) ForkProcesses() string {
+	switch {
+	case c.ForkCarriesMemory:
+		return api.ProcessesCarried
+	case c.Exec:
+		return api.ProcessesNotCarried
+	}
+	return ""
 }
 
 // LostRule says what reconcile makes of a live node whose sandbox is gone.
@@ -138,10 +173,37 @@ type Command struct {
 	Cwd string
 	// Timeout ends the command with SIGKILL; 0 means none.
 	Timeout time.Duration
-	// Stdin is the command's standard input; nil means an empty one. The
-	// engine gives none yet (tree_exec has no input on the wire); a face
-	// that forwards input will.
+	// Stdin is the command's standard input; nil means an empty one
+	// (tree_exec's stdin, or the input lines a face forwards).
 	Stdin io.Reader
+	// TTY runs the command on a new pty of Rows x Cols (its output comes
+	// as "stdout"), resized to each size Resize sends. A backend without
+	// ptys fails it with api.ErrNotSupported.
+	TTY        bool
+	Rows, Cols uint16
+	Resize     <-chan WindowSize
+}
+
+// WindowSize is a pty's size.
+type WindowSize struct{ Rows, Cols uint16 }
+
+// Processes is a Backend that runs background processes in a node
+// (tree_exec with detach): they run while the node is live and end with
+// it (suspend, stop). Without it, detach is api.ErrNotSupported.
+type Processes interface {
+	// Spawn starts cmd in live node in the background and returns once
+	// it runs; cmd.Timeout, if set, kills it.
+	Spawn(ctx context.Context, node string, cmd Command) (api.Process, error)
+	// ProcessList lists node's background processes: those that run, and
+	// the last few that ended (with Exit).
+	ProcessList(ctx context.Context, node string) ([]api.Process, error)
+	// Kill kills background process id of node and every process it
+	// started. Killing one that ended succeeds.
+	Kill(ctx context.Context, node, id string) error
+	// Logs sends what process id wrote (the last of it the backend
+	// keeps, in order) to out, then with follow what it writes until it
+	// ends; it returns its exit once it ended, nil while it runs.
+	Logs(ctx context.Context, node, id string, follow bool, out func(api.ExecOutput) error) (*api.ExecExit, error)
 }
 
 // HeldNode is one node a backend holds.

@@ -21,6 +21,41 @@ const (
 	DiffTotalMax = 2 << 20
 )
 
+// rebase is tree_rebase: the node's changes against its fork point (a
+// stale node's, typically: a sibling committed first) replayed onto a new
+// child of its parent, forked from the parent's state now, with the
+// conflicts the files layer could not merge. The new node is live; its
+// commit is refused while a conflict is unresolved.
+func (e *Engine) rebase(ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
+	const op = api.OpTreeRebase
+	if err := validNode(op, "node_id", req.NodeID); err != nil {
+		return api.Response{}, err
+	}
+	n, ok := ts.t.Node(req.NodeID)
+	if !ok {
+		return api.Response{}, api.Errorf(api.ErrNotFound, "%s: no node %q in tree %s", op, req.NodeID, ts.id)
+	}
+	if n.Parent == "" {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: the root has no fork point", op)
+	}
+	rb, ok := ts.files.(Rebaser)
+	if !ok {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: tree %s's files cannot replay changes", op, ts.id)
+	}
+	r, err := e.fork(ctx, ts, api.Request{Op: api.OpTreeFork, TreeID: ts.id, SourceID: n.Parent, Label: req.Label}, "tree_rebased", n.Parent, []string{req.Label})
+	if err != nil {
+		return api.Response{}, fmt.Errorf("%s %s: %w", op, req.NodeID, err)
+	}
+	conflicts, err := rb.Replay(ts.branch(req.NodeID), ts.branch(r.NodeID))
+	if err != nil {
+		if _, aerr := e.remove(context.WithoutCancel(ctx), ts, api.Request{Op: api.OpTreeAbort, TreeID: ts.id, NodeID: r.NodeID}); aerr != nil {
+			err = fmt.Errorf("%w; aborting the new node %s: %w", err, r.NodeID, aerr)
+		}
+		return api.Response{}, fmt.Errorf("%s %s: %w", op, req.NodeID, err)
+	}
+	return api.Response{Status: "tree_rebased", TreeID: ts.id, NodeID: r.NodeID, Path: r.Path, Conflicts: conflicts}, nil
+}
+
 // diff is tree_diff: the paths the node changed against its fork point,
 // and a unified diff of each regular text file among them.
 func (e *Engine) diff(ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
@@ -51,8 +86,8 @@ func (e *Engine) diff(ctx context.Context, ts *treeState, req api.Request) (api.
 				return api.Response{}, err
 			}
 			c := &changes[i]
-			if c.Kind == "deleted" {
-				continue
+			if c.Kind == "deleted" || c.Meta {
+				continue // no data to diff; the data is the fork point's
 			}
 			if total >= DiffTotalMax { // past the total: not read at all
 				c.Note = past

@@ -15,6 +15,12 @@ import (
 // Exec is api.ErrNotSupported. It keeps nothing on disk: after a restart it
 // holds no node, and reconcile starts the live ones again (LostRestart).
 func OpenDirBackend(ctx context.Context, cfg BackendConfig) (Backend, error) {
+	if cfg.Image != "" {
+		return nil, api.Errorf(api.ErrBadRequest, "backend %s runs no processes, so it has no images (--image needs --backend jail)", BackendDir)
+	}
+	if cfg.Network != "" {
+		return nil, api.Errorf(api.ErrBadRequest, "backend %s runs no processes, so it has no network (--network needs --backend jail)", BackendDir)
+	}
 	return &dirBackend{nodes: map[string]HeldState{}}, nil
 }
 

@@ -13,7 +13,8 @@ import (
 func TestDispatch(t *testing.T) {
 	want := map[string]bool{}
 	for _, v := range api.Verbs() {
-		if strings.HasPrefix(v.Op, "tree_") || strings.HasPrefix(v.Op, "ws_") || v.Op == api.OpPing {
+		if strings.HasPrefix(v.Op, "tree_") || strings.HasPrefix(v.Op, "ws_") || v.Op == api.OpPing ||
+			strings.HasPrefix(v.Op, "file_") || strings.HasPrefix(v.Op, "exec_") {
 			want[v.Op] = true
 		}
 	}

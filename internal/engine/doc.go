@@ -43,7 +43,9 @@
 //     resumes; then the metadata transaction (the commit point). A
 //     crash in between leaves orphan branches and sandboxes, which
 //     reconcile aborts and stops; a failed step or transaction unwinds
-//     them at once (children stopped, branches aborted).
+//     them at once (children stopped, branches aborted). A backend that
+//     measures its forks (ForkTimer: jail) gives the reply its pause_ns
+//     and each fork's start_ns.
 //   - commit: the child's execs end and its sandbox is suspended (so that
 //     nothing writes its files while they are applied; resumed again if
 //     the commit fails); a commit intent {child, parent} is written; then
@@ -61,6 +63,10 @@
 //     open finishes it. A crash after the suspend
 //     and before Files.Commit leaves a live child whose sandbox is
 //     suspended: reconcile resumes it.
+//   - rebase (tree_rebase): a fork of the node's parent (as above), then
+//     Rebaser.Replay of the node's changes onto the new child; a failed
+//     replay aborts the new child. A stale node's files stay readable and
+//     diffable until it is aborted, so that its work can be rescued so.
 //   - abort, prune: the subtree's execs end and its sandboxes are stopped,
 //     leaves first (a failure fails the verb, since what the nodes run must
 //     end; the nodes stopped so far stay live without a sandbox until the
@@ -115,6 +121,16 @@
 // ("exec on node n3 of tree t1 ended: the node was aborted (it or an
 // ancestor)"), or api.ErrBusy when the engine closed. Close waits for the
 // execs to return before it closes the backends.
+//
+// The files verbs (file_read, file_write, ..., nodefiles.go) and the
+// background process verbs (exec_list, exec_kill, exec_logs, tree_exec with
+// detach) take the same lease (useNode): a read streamed from OpenFile
+// holds it until its reader is closed, and a verb that takes the node away
+// makes its next Read fail naming that verb; a write cut short leaves the
+// file as it was. They serve a live node, and reads a suspended one too
+// (its files are read-only). A node's files are the backend's
+// (FileServer.NodeFiles: a jail's /workspace and /tmp) or, for a backend
+// without it, its files directory at "/", resolved by internal/nodefs.
 //
 // A verb that panics halfway (a bug) fails with internal, and its tree may
 // then disagree with what is on disk: the tree is marked broken, refuses
@@ -192,12 +208,20 @@
 // metrics), after commits and at open; it is never saved, since the files
 // layer recomputes it. The files layer itself enforces the disk budget on
 // writes (Files.SetDiskLimit, given the budget at create and open); a fork
-// needs NodeDiskReserve free for each new node. A commit whose metadata transaction
+// needs NodeDiskReserve free for each new node. A backend that keeps node
+// state on disk (DiskUser: a jail's /tmp) has it added to each node's
+// usage. The per-node limits of the
+// budget (MaxNodeRAMBytes, MaxNodePids) are the backend's to enforce: it is
+// opened with the tree's budget (BackendConfig.Budget), and the engine
+// counts only the tree's totals. A commit whose metadata transaction
 // fails after Files.Commit has still happened: the error says so and the
 // intent finishes it at the next open.
 //
 // A backend that fails to report RAM leaves the last figures standing
 // (logged). A commit leaves the parent's sandbox to the backend: the dir
-// and jail parents keep running over their (now changed) files, while a
-// vm backend's Commit may make the child's machine the parent's.
+// and jail parents keep running over their (now changed) files (a jail
+// parent's /tmp becomes the child's under its running processes), while a
+// vm backend's Commit may make the child's machine the parent's. A fork's
+// reply says what became of the source's processes from the backend's Caps
+// (Caps.ForkProcesses: "not carried" for jail, "carried" for vm).
 package engine

@@ -343,7 +343,23 @@ var engineVerbs = map[string]func(e *Engine, ctx context.Context, req api.Reques
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_watch streams: the face calls Watch")
 	},
 	api.OpTreeExec: func(e *Engine, ctx context.Context, req api.Request) (api.Response, error) {
+		if req.Detach {
+			return e.spawn(ctx, req)
+		}
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "tree_exec streams: the face calls Exec")
+	},
+	// The files and process verbs act on one node outside its tree's
+	// mutex, under a lease (nodefiles.go, lease.go).
+	api.OpFileRead:   (*Engine).fileVerb,
+	api.OpFileWrite:  (*Engine).fileVerb,
+	api.OpFileList:   (*Engine).fileVerb,
+	api.OpFileStat:   (*Engine).fileVerb,
+	api.OpFileRemove: (*Engine).fileVerb,
+	api.OpFileMkdir:  (*Engine).fileVerb,
+	api.OpExecList:   (*Engine).processVerb,
+	api.OpExecKill:   (*Engine).processVerb,
+	api.OpExecLogs: func(e *Engine, ctx context.Context, req api.Request) (api.Response, error) {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "exec_logs streams: the face calls Logs")
 	},
 	// The workspace verbs act on a view of a tree (views.go), which they
 	// find, and lock, by its mountpoint.
@@ -380,7 +396,8 @@ var treeVerbs = map[string]treeVerb{
 	api.OpTreeAutoEvict: func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
 		return e.evict(ts)
 	},
-	api.OpTreeDiff: (*Engine).diff,
+	api.OpTreeDiff:   (*Engine).diff,
+	api.OpTreeRebase: (*Engine).rebase,
 	api.OpTreeNodes: func(e *Engine, ctx context.Context, ts *treeState, req api.Request) (api.Response, error) {
 		e.measure(ts)
 		return e.nodesResponse(ts, "tree_node_list"), nil
@@ -469,5 +486,5 @@ func (e *Engine) list(ctx context.Context) []api.Tree {
 
 func (ts *treeState) summary() api.Tree {
 	return api.Tree{ID: ts.meta.ID, Base: ts.meta.Base, Backend: ts.meta.Backend, Root: ts.t.Root(), OwnerUID: ts.owner(),
-		Usage: ts.t.Usage(), Budget: ts.t.Budget()}
+		Usage: ts.t.Usage(), Budget: ts.t.Budget(), Image: ts.meta.Image, Network: ts.meta.Network}
 }

@@ -73,6 +73,8 @@ type ViewSpec struct {
 	Branch     string // shown at the root
 	Owner      uint32 // the uid the view's control files belong to
 	Control    ViewControl
+	// HideControl: the view serves no control files, not even by name.
+	HideControl bool
 }
 
 // View is one mounted view.
@@ -101,6 +103,13 @@ type ViewControl interface {
 // Differ is a Files that can list what a branch changed against its fork point.
 type Differ interface {
 	Diff(branch string) ([]api.Change, error)
+}
+
+// Rebaser is a Files that can replay a branch's changes (against its fork
+// point) onto another branch, a fresh fork of the first one's parent
+// (tree_rebase), merging what both changed and listing what it could not.
+type Rebaser interface {
+	Replay(from, into string) ([]api.Conflict, error)
 }
 
 // ContentDiffer is a Differ that can also give one changed path's content

@@ -81,7 +81,7 @@ func (h *hostBackends) crash(method, node string) {
 }
 
 func (h *hostBackends) open(ctx context.Context, cfg engine.BackendConfig) (engine.Backend, error) {
-	b := &hostBackend{h: h, dir: cfg.Dir, nodes: map[string]*hostNode{}}
+	b := &hostBackend{h: h, dir: cfg.Dir, budget: cfg.Budget, nodes: map[string]*hostNode{}}
 	buf, err := os.ReadFile(filepath.Join(cfg.Dir, "state.json"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -102,8 +102,9 @@ func (h *hostBackends) open(ctx context.Context, cfg engine.BackendConfig) (engi
 }
 
 type hostBackend struct {
-	h   *hostBackends
-	dir string
+	h      *hostBackends
+	dir    string
+	budget api.Budget // BackendConfig.Budget
 
 	mu    sync.Mutex // guards nodes and their fields, and orders writes of state.json
 	nodes map[string]*hostNode

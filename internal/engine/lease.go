@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -127,6 +130,13 @@ func validExec(req api.Request) error {
 // ctx with ctx's error. On a backend without exec (dir) it fails with
 // api.ErrNotSupported. The error wraps an api sentinel.
 func (e *Engine) Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (exit api.ExecExit, err error) {
+	return e.ExecInput(ctx, req, nil, nil, out)
+}
+
+// ExecInput is Exec with the command's standard input read from stdin (nil:
+// req.Stdin) and, for a tty command (req.TTY), its window resized to each
+// size resize sends.
+func (e *Engine) ExecInput(ctx context.Context, req api.Request, stdin io.Reader, resize <-chan api.Input, out func(api.ExecOutput) error) (exit api.ExecExit, err error) {
 	const op = api.OpTreeExec
 	start := time.Now()
 	defer func() {
@@ -152,7 +162,33 @@ func (e *Engine) Exec(ctx context.Context, req api.Request, out func(api.ExecOut
 	defer ts.release(req.NodeID, l)
 	stop := context.AfterFunc(ctx, func() { l.cancel(fmt.Errorf("%s: the request ended: %w", op, context.Cause(ctx))) })
 	defer stop()
-	cmd := Command{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, Timeout: time.Duration(req.TimeoutNS)}
+	cmd := command(req, stdin)
+	if resize != nil {
+		sizes := make(chan WindowSize)
+		cmd.Resize = sizes
+		fwd, fwdDone := context.WithCancel(lctx)
+		defer fwdDone()
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer fwdDone()
+		wg.Go(func() {
+			for {
+				select {
+				case <-fwd.Done():
+					return
+				case in, ok := <-resize:
+					if !ok {
+						return
+					}
+					select {
+					case sizes <- WindowSize{Rows: in.Rows, Cols: in.Cols}:
+					case <-fwd.Done():
+						return
+					}
+				}
+			}
+		})
+	}
 	exit, err = ts.backend.Exec(lctx, req.NodeID, cmd, out)
 	if cause := context.Cause(lctx); lctx.Err() != nil && cause != nil {
 		// The lease ended first: that, not what the killed command
@@ -167,6 +203,106 @@ func (e *Engine) Exec(ctx context.Context, req api.Request, out func(api.ExecOut
 		return exit, fmt.Errorf("%s %s: %w", op, req.NodeID, err)
 	}
 	return exit, nil
+}
+
+// command is req's Command, its stdin stdin or else req.Stdin.
+func command(req api.Request, stdin io.Reader) Command {
+	if stdin == nil && req.Stdin != nil {
+		stdin = bytes.NewReader(req.Stdin)
+	}
+	return Command{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, Timeout: time.Duration(req.TimeoutNS), Stdin: stdin,
+		TTY: req.TTY, Rows: req.Rows, Cols: req.Cols}
+}
+
+// processes is b's Processes, or an error saying b runs none.
+func processes(op string, b Backend) (Processes, error) {
+	if p, ok := b.(Processes); ok {
+		return p, nil
+	}
+	return nil, api.Errorf(api.ErrNotSupported, "%s: this tree's backend runs no background processes; backend jail does", op)
+}
+
+// spawn serves tree_exec with detach: the process starts in the background
+// and the reply names it.
+func (e *Engine) spawn(ctx context.Context, req api.Request) (api.Response, error) {
+	const op = api.OpTreeExec
+	if err := validExec(req); err != nil {
+		return api.Response{}, err
+	}
+	if req.TTY {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: a background process has no terminal (tty with detach)", op)
+	}
+	lctx, _, b, done, err := e.useNode(ctx, req, false)
+	if err != nil {
+		return api.Response{}, err
+	}
+	defer done()
+	pb, err := processes(op, b)
+	if err != nil {
+		return api.Response{}, err
+	}
+	p, err := pb.Spawn(lctx, req.NodeID, command(req, nil))
+	if err != nil {
+		return api.Response{}, e.leaseCause(lctx, req, err)
+	}
+	return api.Response{Status: "tree_exec_started", TreeID: req.TreeID, NodeID: req.NodeID, ProcessID: p.ID, ProcessList: []api.Process{p}}, nil
+}
+
+// processVerb serves exec_list and exec_kill.
+func (e *Engine) processVerb(ctx context.Context, req api.Request) (api.Response, error) {
+	if err := validNode(req.Op, "node_id", req.NodeID); err != nil {
+		return api.Response{}, err
+	}
+	if req.Op == api.OpExecKill && req.ProcessID == "" {
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: process_id is required", req.Op)
+	}
+	lctx, _, b, done, err := e.useNode(ctx, req, req.Op == api.OpExecList)
+	if err != nil {
+		return api.Response{}, err
+	}
+	defer done()
+	pb, err := processes(req.Op, b)
+	if err != nil {
+		return api.Response{}, err
+	}
+	resp := api.Response{Status: req.Op, TreeID: req.TreeID, NodeID: req.NodeID}
+	if req.Op == api.OpExecKill {
+		resp.Status, resp.ProcessID = api.StatusOK, req.ProcessID
+		err = pb.Kill(lctx, req.NodeID, req.ProcessID)
+	} else {
+		resp.ProcessList, err = pb.ProcessList(lctx, req.NodeID)
+		if resp.ProcessList == nil {
+			resp.ProcessList = []api.Process{}
+		}
+	}
+	if err != nil {
+		return api.Response{}, e.leaseCause(lctx, req, err)
+	}
+	return resp, nil
+}
+
+// Logs serves exec_logs: the output of background process req.ProcessID
+// goes to out (what the backend kept of it, then with req.Follow what it
+// writes until it ends); it returns the process's exit once it ended.
+func (e *Engine) Logs(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (*api.ExecExit, error) {
+	req.Op = api.OpExecLogs
+	if err := validNode(req.Op, "node_id", req.NodeID); err != nil {
+		return nil, err
+	}
+	if req.ProcessID == "" {
+		return nil, api.Errorf(api.ErrBadRequest, "%s: process_id is required", req.Op)
+	}
+	lctx, _, b, done, err := e.useNode(ctx, req, true)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	pb, err := processes(req.Op, b)
+	if err != nil {
+		return nil, err
+	}
+	x, err := pb.Logs(lctx, req.NodeID, req.ProcessID, req.Follow, out)
+	return x, e.leaseCause(lctx, req, err)
 }
 
 // startExec checks the node is live, records the activity and takes the

@@ -29,9 +29,13 @@ var (
 
 // treeMeta is what a tree records besides its nodes.
 type treeMeta struct {
-	ID        string     `json:"id"`
-	Base      string     `json:"base"`
-	Backend   string     `json:"backend"`
+	ID      string `json:"id"`
+	Base    string `json:"base"`
+	Backend string `json:"backend"`
+	// Image and Network are the backend's options (BackendConfig's),
+	// given at tree_create.
+	Image     string     `json:"image,omitempty"`
+	Network   string     `json:"network,omitempty"`
 	Budget    api.Budget `json:"budget"`
 	Root      string     `json:"root"`
 	NextID    uint64     `json:"next_id"`

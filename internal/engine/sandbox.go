@@ -30,8 +30,10 @@ func (e *Engine) backendName(op, name string) (string, error) {
 	return "", api.Errorf(api.ErrBadRequest, "%s: backend %q is unknown; this daemon serves %s", op, name, strings.Join(known, ", "))
 }
 
-// openBackend opens tree id's backend, named name, under its directory.
-func (e *Engine) openBackend(id, name, base string) (Backend, error) {
+// openBackend opens tree id's backend, the one its metadata names, under
+// its directory, with the tree's budget (normalized: its defaults filled).
+func (e *Engine) openBackend(id string, tm treeMeta, budget api.Budget) (Backend, error) {
+	name := tm.Backend
 	open, ok := e.cfg.Backends[name]
 	if !ok {
 		return nil, api.Errorf(api.ErrUnavailable, "tree %s: its backend %q is not served by this daemon", id, name)
@@ -40,7 +42,7 @@ func (e *Engine) openBackend(id, name, base string) (Backend, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("tree %s: backend directory: %w: %w", id, api.ErrInternal, err)
 	}
-	b, err := open(e.ctx, BackendConfig{Tree: id, Dir: dir, Base: base})
+	b, err := open(e.ctx, BackendConfig{Tree: id, Dir: dir, Base: tm.Base, Image: tm.Image, Network: tm.Network, Budget: budget})
 	if err != nil {
 		return nil, fmt.Errorf("tree %s: backend %s: %w", id, name, err)
 	}

@@ -492,3 +492,65 @@ func TestRequestContextNotKept(t *testing.T) {
 		}
 	}
 }
+
+// TestForkSaysProcesses: a fork's reply says what became of the source's
+// processes, from the backend's Caps: not carried by one that runs
+// commands without carrying them (jail), carried by one that carries
+// memory (vm), nothing for one that runs none (dir); for every child of a
+// batch and for a rollback too.
+func TestForkSaysProcesses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		caps engine.Caps
+		want string
+	}{
+		{"exec", engine.Caps{Exec: true, StartRAM: 100}, api.ProcessesNotCarried},
+		{"memory", engine.Caps{Exec: true, ForkCarriesMemory: true, StartRAM: 100}, api.ProcessesCarried},
+		{"none", engine.Caps{StartRAM: 100}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hb := newHostBackends()
+			hb.caps = tc.caps
+			e := newHostEngine(t, t.TempDir(), hb)
+			do(t, e, api.Request{Op: api.OpTreeCreate, TreeID: "h", Base: newBase(t), Backend: "host"})
+			one := do(t, e, api.Request{Op: api.OpTreeFork, TreeID: "h", SourceID: "n1", Label: "a"})
+			batch := do(t, e, api.Request{Op: api.OpTreeForkBatch, TreeID: "h", SourceID: "n1", Labels: []string{"b", "c"}})
+			rb := do(t, e, api.Request{Op: api.OpTreeRollback, TreeID: "h", NodeID: "n1", Label: "d"})
+			for _, r := range []api.Response{one, batch, rb} {
+				if r.Processes != tc.want || len(r.Forks) == 0 {
+					t.Fatalf("%s reply: processes %q, want %q (%+v)", r.Status, r.Processes, tc.want, r)
+				}
+				for _, f := range r.Forks {
+					if f.Processes != tc.want {
+						t.Fatalf("%s child %s: processes %q, want %q", r.Status, f.NodeID, f.Processes, tc.want)
+					}
+				}
+			}
+		})
+	}
+	d := newEngine(t, t.TempDir())
+	do(t, d, api.Request{Op: api.OpTreeCreate, TreeID: "d", Base: newBase(t)})
+	if r := do(t, d, api.Request{Op: api.OpTreeFork, TreeID: "d", SourceID: "n1", Label: "a"}); r.Processes != "" {
+		t.Fatalf("a dir tree's fork says processes %q, want nothing", r.Processes)
+	}
+}
+
+// TestBackendGetsBudget: a backend is opened with its tree's budget, its
+// defaults filled in (a jail limits each node by it), at create and at a
+// reopen.
+func TestBackendGetsBudget(t *testing.T) {
+	home, hb := t.TempDir(), newHostBackends()
+	e := newHostEngine(t, home, hb)
+	do(t, e, api.Request{Op: api.OpTreeCreate, TreeID: "h", Base: newBase(t), Backend: "host", Budget: &api.Budget{MaxLiveRAMBytes: 1 << 30, MaxNodePids: 64}})
+	want := api.Budget{MaxLiveNodes: api.DefaultBudget.MaxLiveNodes, MaxLiveRAMBytes: 1 << 30, MaxNodeRAMBytes: 1 << 30, MaxNodePids: 64}
+	if got := hb.last.budget; got != want {
+		t.Fatalf("the backend was opened with budget %+v, want %+v", got, want)
+	}
+	e.Close()
+	e = newHostEngine(t, home, hb)
+	if got := hb.last.budget; got != want {
+		t.Fatalf("after a reopen: budget %+v, want %+v", got, want)
+	}
+	_, err := e.Do(context.Background(), api.Request{Op: api.OpTreeCreate, Base: newBase(t), Budget: &api.Budget{MaxLiveRAMBytes: 1 << 20, MaxNodeRAMBytes: 2 << 20}})
+	wantErr(t, err, api.ErrBadRequest, "a node's RAM over the tree's")
+}

@@ -219,6 +219,16 @@ func (e *Engine) create(ctx context.Context, req api.Request) (api.Response, err
 	if err != nil {
 		return api.Response{}, fmt.Errorf("%s: %w", op, err)
 	}
+	switch req.Network {
+	case "", api.NetworkNone:
+		req.Network = ""
+	case api.NetworkOutbound:
+	default:
+		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: network %q: want %q (the default) or %q", op, req.Network, api.NetworkNone, api.NetworkOutbound)
+	}
+	if req.Image == "host" { // the default root, named
+		req.Image = ""
+	}
 	if req.TreeID != "" && !treeIDRE.MatchString(req.TreeID) {
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: tree_id %q: want 1-64 of [A-Za-z0-9._-], not starting with . - _", op, req.TreeID)
 	}
@@ -284,7 +294,7 @@ func (e *Engine) createLocked(ctx context.Context, req api.Request) (api.Respons
 		files.Close()
 		return api.Response{}, fmt.Errorf("%s %s: %w", op, id, err)
 	}
-	ts := &treeState{id: id, t: t, files: files, views: map[string]*view{}, names: newNames(), meta: treeMeta{ID: id, Base: filepath.Clean(req.Base), Backend: backend,
+	ts := &treeState{id: id, t: t, files: files, views: map[string]*view{}, names: newNames(), meta: treeMeta{ID: id, Base: filepath.Clean(req.Base), Backend: backend, Image: req.Image, Network: req.Network,
 		Budget: b, Root: t.Root(), NextID: t.NextID(), CreatedAt: now, Open: true}}
 	if cred, ok := access.FromContext(ctx); ok {
 		ts.meta.Owner = &cred.UID
@@ -313,7 +323,7 @@ func (e *Engine) createLocked(ctx context.Context, req api.Request) (api.Respons
 // by a crash of an earlier create of this id) and starts the root's
 // sandbox. On failure the backend is closed again.
 func (e *Engine) startRoot(ctx context.Context, ts *treeState) error {
-	b, err := e.openBackend(ts.id, ts.meta.Backend, ts.meta.Base)
+	b, err := e.openBackend(ts.id, ts.meta, ts.t.Budget())
 	if err != nil {
 		return err
 	}
@@ -551,7 +561,7 @@ func (e *Engine) load(ctx context.Context, id string) (*treeState, error) {
 	if tm.Backend == "" { // trees made before backends were recorded
 		tm.Backend = BackendDir
 	}
-	b, err := e.openBackend(id, tm.Backend, tm.Base)
+	b, err := e.openBackend(id, tm, t.Budget())
 	if err != nil {
 		files.Close()
 		return nil, err
@@ -655,6 +665,10 @@ func (e *Engine) measure(ts *treeState) {
 		e.log.Warn("backend RAM not measured; the last figures stand", "tree", ts.id, "err", err)
 	}
 	u := ts.files.DiskUsage()
+	var held map[string]int64 // what the backend keeps on disk, by node id
+	if du, ok := ts.backend.(DiskUser); ok {
+		held = du.DiskUsage()
+	}
 	var orphan int64
 	for b, n := range u {
 		if _, ok := ts.t.Node(ts.nodeOf(b)); !ok {
@@ -662,7 +676,7 @@ func (e *Engine) measure(ts *treeState) {
 		}
 	}
 	for _, n := range ts.t.Nodes() {
-		d := u[ts.branch(n.ID)]
+		d := u[ts.branch(n.ID)] + held[n.ID]
 		if n.ID == ts.t.Root() {
 			d += orphan
 		}
@@ -804,9 +818,17 @@ func (e *Engine) fork(ctx context.Context, ts *treeState, req api.Request, statu
 		unwind()
 		return api.Response{}, err
 	}
-	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted}
+	var timed ForkTimings
+	if ft, ok := ts.backend.(ForkTimer); ok {
+		timed = ft.LastFork()
+	}
+	r := api.Response{Status: status, TreeID: ts.id, Evicted: p.Evicted, PauseNS: timed.Pause.Nanoseconds(), Processes: ts.backend.Caps().ForkProcesses()}
 	for i, id := range p.Created {
-		r.Forks = append(r.Forks, api.Fork{NodeID: id, Label: labels[i], Path: e.path(ts, id), LatencyNS: max(ready.Nanoseconds(), 1)})
+		f := api.Fork{NodeID: id, Label: labels[i], Path: e.path(ts, id), LatencyNS: max(ready.Nanoseconds(), 1), Processes: r.Processes}
+		if i < len(timed.Starts) {
+			f.StartNS = timed.Starts[i].Nanoseconds()
+		}
+		r.Forks = append(r.Forks, f)
 		e.emit(ts, "fork", id)
 	}
 	e.emitEvicted(ts, p)

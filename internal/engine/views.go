@@ -44,6 +44,8 @@ type viewRec struct {
 	Mountpoint string      `json:"mountpoint"`
 	Node       string      `json:"node"` // shown at the root
 	Cred       access.Cred `json:"cred"` // who mounted it
+	// HideControl: the view serves no control files (arbor mount --hide-control).
+	HideControl bool `json:"hide_control,omitempty"`
 }
 
 type view struct {
@@ -603,7 +605,7 @@ func (e *Engine) wsMount(ctx context.Context, req api.Request) (_ api.Response, 
 	// The files layer resolves the mountpoint as the requester (mp, the
 	// daemon's own resolution, only finds views: a refusal must not name
 	// what the requester could not see).
-	vw, err := e.mountView(ctx, ts, viewRec{Tree: ts.id, Mountpoint: filepath.Clean(req.Mountpoint), Node: node, Cred: cred})
+	vw, err := e.mountView(ctx, ts, viewRec{Tree: ts.id, Mountpoint: filepath.Clean(req.Mountpoint), Node: node, Cred: cred, HideControl: req.HideControl})
 	if err != nil {
 		return api.Response{}, err
 	}
@@ -737,7 +739,7 @@ func (e *Engine) mountView(ctx context.Context, ts *treeState, rec viewRec) (*vi
 	}
 	ts.refreshNames()
 	v, err := vr.MountView(access.WithCred(ctx, rec.Cred), ViewSpec{Mountpoint: rec.Mountpoint, Branch: ts.branch(rec.Node), Owner: rec.Cred.UID,
-		Control: &viewControl{e: e, mp: rec.Mountpoint, names: ts.names}})
+		Control: &viewControl{e: e, mp: rec.Mountpoint, names: ts.names}, HideControl: rec.HideControl})
 	if err != nil {
 		return nil, err
 	}

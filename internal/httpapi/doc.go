@@ -40,6 +40,28 @@
 // same JSON line the socket face sends. A comment line every 15 s keeps
 // proxies from timing the stream out.
 //
+// # Exec and files
+//
+// POST .../exec answers the collected form (api.ExecResult: a ring of the
+// last api.MaxExecCollect bytes of each stream) or, asked by Accept or
+// ?stream=, streams the socket's reply lines as NDJSON or server-sent
+// events, each write flushed and bounded by a minute: a client that stops
+// reading holds the command back, then ends it. A node's files are
+// .../files/{path...}: GET streams the file as the body (octet-stream;
+// X-Arbor-File-Mode, -Size, -Mtime), PUT streams the body into it
+// (atomically; a JSON body type is refused, never written), ?stat=1,
+// ?list=1 and ?mkdir=1 select the verb sharing the route (api.Verb.Flag).
+//
+// # Images
+//
+// POST /v1/images (api.ImageBuildBody) builds an image the same two ways
+// (the Handler's BuildImage, ImageBuilder): collected, the image_built
+// reply once the build ends; streamed, image_progress lines as it goes,
+// then image_built. The request's end cancels the build. GET /v1/images is
+// image_list, DELETE /v1/images/{image} image_rm. The token counts as the
+// daemon's user, which may build and remove images (the daemon refuses
+// other socket uids).
+//
 // # Security
 //
 // Every route but /healthz and GET /ui/ (static files, no data) needs

@@ -51,25 +51,69 @@ func (s *Server) routes() []route {
 			s.watch(w, r, r.URL.Query().Get("tree"))
 		})},
 	}
-	seen := map[string]bool{}
+	// Verbs that share a method and path are told apart by their Flag in
+	// the query (file_read, file_stat, file_list), or by the body
+	// (tree_fork, tree_fork_batch: the first is the route's default).
+	var keys []string
+	group := map[string][]api.Verb{}
 	for _, v := range api.Verbs() {
-		key := v.Method + " " + v.Path
-		if v.Path == "" || seen[key] {
+		if v.Path == "" {
 			continue
 		}
-		seen[key] = true
-		var h http.Handler
-		switch {
-		case v.Stream:
-			h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				s.watch(w, r, r.PathValue("tree"))
-			})
-		default:
-			h = s.verb(v)
+		key := v.Method + " " + v.Path
+		if group[key] == nil {
+			keys = append(keys, key)
 		}
-		out = append(out, route{v.Method, v.Path, h})
+		group[key] = append(group[key], v)
+	}
+	for _, key := range keys {
+		vs := group[key]
+		hs := make([]http.Handler, len(vs))
+		for i, v := range vs {
+			hs[i] = s.handler(v)
+		}
+		h := hs[0]
+		if len(vs) > 1 {
+			h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				q := r.URL.Query()
+				pick := -1
+				for i, v := range vs {
+					if v.Flag != "" && q.Has(v.Flag) {
+						pick = i
+						break
+					}
+					if v.Flag == "" && pick < 0 {
+						pick = i
+					}
+				}
+				hs[max(pick, 0)].ServeHTTP(w, r)
+			})
+		}
+		out = append(out, route{vs[0].Method, vs[0].Path, h})
 	}
 	return out
+}
+
+// handler serves v: the streamed verbs their own way, the rest as one
+// JSON reply (verb).
+func (s *Server) handler(v api.Verb) http.Handler {
+	switch v.Op {
+	case api.OpTreeWatch:
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.watch(w, r, r.PathValue("tree"))
+		})
+	case api.OpTreeExec:
+		return s.exec(v)
+	case api.OpExecLogs:
+		return s.logs(v)
+	case api.OpFileRead:
+		return s.fileRead(v)
+	case api.OpFileWrite:
+		return s.fileWrite(v)
+	case api.OpImageBuild:
+		return s.imageBuild(v)
+	}
+	return s.verb(v)
 }
 
 func setOp(w http.ResponseWriter, op string) {
@@ -88,23 +132,14 @@ func (s *Server) verb(v api.Verb) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		var req api.Request
-		v.FromPath(&req, r.PathValue)
-		err := s.body(r, v, &req)
+		req, err := s.request(r, v)
 		setOp(w, req.Op)
 		var resp api.Response
 		if err == nil {
 			resp, err = s.call(r.Context(), req)
 		}
 		if err != nil {
-			code := api.Code(err)
-			status := Status(code)
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				status = http.StatusRequestEntityTooLarge
-			}
-			writeErrorStatus(w, status, err)
-			s.cfg.Metrics.Observe(metrics.FaceHTTP, req.Op, code, time.Since(start))
+			s.fail(w, req.Op, err, start)
 			return
 		}
 		if resp.Status == "" {
@@ -116,6 +151,31 @@ func (s *Server) verb(v api.Verb) http.Handler {
 		writeJSON(w, okStatus, resp)
 		s.cfg.Metrics.Observe(metrics.FaceHTTP, req.Op, metrics.CodeOK, time.Since(start))
 	})
+}
+
+// request is v's request from r's path, query and body.
+func (s *Server) request(r *http.Request, v api.Verb) (api.Request, error) {
+	var req api.Request
+	v.FromPath(&req, r.PathValue)
+	if err := v.FromQuery(&req, r.URL.Query()); err != nil {
+		return req, err
+	}
+	if v.Raw {
+		return req, nil
+	}
+	return req, s.body(r, v, &req)
+}
+
+// fail writes err as the reply and counts it.
+func (s *Server) fail(w http.ResponseWriter, op string, err error, start time.Time) {
+	code := api.Code(err)
+	status := Status(code)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		status = http.StatusRequestEntityTooLarge
+	}
+	writeErrorStatus(w, status, err)
+	s.cfg.Metrics.Observe(metrics.FaceHTTP, op, code, time.Since(start))
 }
 
 // body decodes the request body of v into req. A GET reads none; a verb

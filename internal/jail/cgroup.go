@@ -54,13 +54,9 @@ func probeHierarchy() (*hierarchy, error) {
 			return nil, fmt.Errorf("own cgroup2 path: %w", err)
 		}
 		h.v2Self = self
-		if _, err := os.Stat(filepath.Join(h.v2, self, "cgroup.kill")); err != nil {
-			// Without cgroup.kill (kernels before 5.14) the v2 side
-			// still places processes; kill goes through v1 or init.
-			h.v2Kill = false
-		} else {
-			h.v2Kill = true
-		}
+		// Without cgroup.kill (kernels before 5.14) the v2 side still
+		// places processes; kill goes through v1 or init.
+		h.v2Kill = hasCgroupKill(h.v2, self)
 	}
 	if h.mode != cgroups.Unified {
 		paths, err := cgroup1.ParseCgroupFile("/proc/self/cgroup")
@@ -81,6 +77,45 @@ func probeHierarchy() (*hierarchy, error) {
 		return nil, fmt.Errorf("neither cgroup2 nor a v1 freezer: no way to kill a sandbox's processes for sure")
 	}
 	return h, nil
+}
+
+// hasCgroupKill says whether the kernel has cgroup.kill (and so
+// cgroup.freeze), which every non-root cgroup2 directory then holds. The
+// root cgroup has neither file, so for a caller in the root (a hybrid
+// host's unified tree often has nothing else) the kernel's version
+// decides: cgroup.kill came with 5.14.
+func hasCgroupKill(v2, self string) bool {
+	if self != "/" && self != "" {
+		_, err := os.Stat(filepath.Join(v2, self, "cgroup.kill"))
+		return err == nil
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 5 || (major == 5 && minor >= 14)
+}
+
+// swapLimited reports whether the memory controller accounts swap (v1
+// memory.memsw.*, with swapaccount; cgroup2 memory.swap.max, on a kernel
+// with swap): only then can a memory limit keep a sandbox from swapping
+// past it, and only then may it be set.
+func (h *hierarchy) swapLimited() bool {
+	var p string
+	switch {
+	case h.mode == cgroups.Unified:
+		p = filepath.Join(h.v2, h.v2Self, "memory.swap.max")
+	case h.hasV1(cgroup1.Memory):
+		p = filepath.Join(v1Root, string(cgroup1.Memory), h.v1Self[cgroup1.Memory], "memory.memsw.limit_in_bytes")
+	default:
+		return false
+	}
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func (h *hierarchy) hasV1(n cgroup1.Name) bool {
@@ -187,6 +222,12 @@ func (g *group) setLimits(lim limits) error {
 		res := &cgroup2.Resources{}
 		if lim.MemoryMax > 0 {
 			res.Memory = &cgroup2.Memory{Max: &lim.MemoryMax}
+			if g.h.swapLimited() {
+				// The limit is of memory, not of what swap can hold
+				// beside it: past it a process is killed, not swapped.
+				var none int64
+				res.Memory.Swap = &none
+			}
 		}
 		if lim.PidsMax > 0 {
 			res.Pids = &cgroup2.Pids{Max: lim.PidsMax}
@@ -208,6 +249,9 @@ func (g *group) setLimits(lim limits) error {
 	res := &specs.LinuxResources{}
 	if lim.MemoryMax > 0 {
 		res.Memory = &specs.LinuxMemory{Limit: &lim.MemoryMax}
+		if g.h.swapLimited() {
+			res.Memory.Swap = &lim.MemoryMax // memory and swap together: no swap
+		}
 	}
 	if lim.PidsMax > 0 {
 		res.Pids = &specs.LinuxPids{Limit: &lim.PidsMax}
@@ -244,6 +288,11 @@ func (g *group) kill() error {
 	if g.v2 != nil && g.h.mode == cgroups.Unified {
 		return g.v2.Kill() // the library's freeze, kill, thaw
 	}
+	if g.h.hasV1(cgroup1.Freezer) {
+		if _, err := os.Stat(g.h.v1Path(cgroup1.Freezer, g.rel)); errors.Is(err, os.ErrNotExist) {
+			return g.killListed()
+		}
+	}
 	if g.v1 == nil || !g.h.hasV1(cgroup1.Freezer) {
 		return fmt.Errorf("no way to kill: neither cgroup.kill nor a freezer")
 	}
@@ -261,6 +310,32 @@ func (g *group) kill() error {
 	}
 	if err := g.v1.Thaw(); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("thaw after kill: %w", err)
+	}
+	return nil
+}
+
+// killListed SIGKILLs every process the group's directories list, with
+// no freeze: it is for a group without its freezer directory, which only
+// a crash inside newGroup leaves (Reap finds it), before any process was
+// placed in it.
+func (g *group) killListed() error {
+	for _, d := range g.h.dirs(g.rel) {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			if err := unix.Kill(pid, unix.SIGKILL); err != nil && err != unix.ESRCH {
+				return fmt.Errorf("kill %d: %w", pid, err)
+			}
+		}
 	}
 	return nil
 }
@@ -352,6 +427,32 @@ func (g *group) memory() (int64, error) {
 		return 0, fmt.Errorf("no memory controller on this host")
 	}
 	return readInt(p)
+}
+
+// oomKills is how many of the group's processes the kernel killed for its
+// memory limit, its descendants' included: oom_kill in v1's
+// memory.oom_control (kernels from 4.13) where the host has the v1 memory
+// controller, else in cgroup2's memory.events.
+func (g *group) oomKills() (int64, error) {
+	var p string
+	switch {
+	case g.v1 != nil && g.h.hasV1(cgroup1.Memory):
+		p = filepath.Join(g.h.v1Path(cgroup1.Memory, g.rel), "memory.oom_control")
+	case g.v2 != nil && g.h.mode == cgroups.Unified:
+		p = filepath.Join(g.h.v2Path(g.rel), "memory.events")
+	default:
+		return 0, fmt.Errorf("no memory controller on this host")
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no oom_kill count (kernel before 4.13?)", p)
 }
 
 // pids counts the group's processes (not threads: a v1 pids.current

@@ -39,6 +39,13 @@
 // which makes the kernel refuse them a user namespace whatever the
 // syscall.
 //
+// With Config.Root (an image's root filesystem, internal/image) the
+// skeleton binds the image's top-level directories read-only instead of
+// the host's, the rest as above. With Config.Outbound every sandbox gets
+// outbound network: a pasta (passt) attached to its network namespace,
+// cloned into its cgroups (a spare's too, moved with its init) and
+// killed and reaped by Stop (network.go).
+//
 // The policy of a user process (policy.go): capabilities cut to Docker's
 // default set less CAP_SYS_CHROOT and CAP_MKNOD, no_new_privs, a Landlock
 // domain (writes only beneath /workspace, /tmp, /dev/pts and to the
@@ -68,6 +75,9 @@
 //   - A pure cgroup2 host needs the caller's cgroup to allow enabling
 //     controllers below it (no processes of its own in a non-root cgroup)
 //     for memory and pids limits; without limits nothing is enabled.
+//   - The root cgroup has no cgroup.kill nor cgroup.freeze: for a caller in
+//     the root of the cgroup2 tree (a hybrid host's unified tree, often) the
+//     kernel's version says whether they exist below it (5.14+).
 //   - Never put the FUSE server of a node's files in a cgroup that Freeze
 //     freezes: the sandbox's processes would block on it.
 package jail

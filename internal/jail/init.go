@@ -86,7 +86,7 @@ func initMain() error {
 	// Phase 1, ahead of need (a spare stops here): everything but the
 	// node's own directories.
 	top := m.Setup.Mountpoint
-	if err := buildSkeleton(top, m.Setup.HostDirs); err != nil {
+	if err := buildSkeleton(top, m.Setup.RootDir, m.Setup.HostDirs); err != nil {
 		return err
 	}
 	if err := loopbackUp(); err != nil {
@@ -123,10 +123,11 @@ func initMain() error {
 }
 
 // buildSkeleton makes the sandbox's root filesystem but for /workspace
-// and /tmp in a tmpfs on the mountpoint top. Everything here happens in
+// and /tmp in a tmpfs on the mountpoint top, binding hostDirs from
+// rootDir (an image's root; "" is the host's). Everything here happens in
 // the sandbox's own mount namespace, made private first, so the host sees
 // no mount and a crash leaves none behind.
-func buildSkeleton(top string, hostDirs []string) error {
+func buildSkeleton(top, rootDir string, hostDirs []string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -140,7 +141,8 @@ func buildSkeleton(top string, hostDirs []string) error {
 		}
 	}
 	for _, d := range hostDirs {
-		fi, err := os.Lstat(d)
+		src := filepath.Join("/", rootDir, d)
+		fi, err := os.Lstat(src)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -149,7 +151,7 @@ func buildSkeleton(top string, hostDirs []string) error {
 		}
 		dst := filepath.Join(r, d)
 		if fi.Mode()&os.ModeSymlink != 0 { // /bin -> usr/bin on a merged-/usr host
-			target, err := os.Readlink(d)
+			target, err := os.Readlink(src)
 			if err != nil {
 				return err
 			}
@@ -164,7 +166,7 @@ func buildSkeleton(top string, hostDirs []string) error {
 		if err := os.Mkdir(dst, 0o755); err != nil {
 			return err
 		}
-		if err := bindReadOnly(d, dst); err != nil {
+		if err := bindReadOnly(src, dst); err != nil {
 			return err
 		}
 	}

@@ -334,6 +334,14 @@ func TestDetachedAndLimits(t *testing.T) {
 			t.Errorf("256 MiB under a 64 MiB limit: %v %v", st, err)
 		}
 	}
+	before, err := l.OOMKills()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = l.Exec(context.Background(), jail.ExecSpec{Argv: []string{"perl", "-e", `my $x = "a" x (256 << 20)`}})
+	if after, kerr := l.OOMKills(); err != nil || st.Signal != 9 || kerr != nil || after <= before {
+		t.Errorf("256 MiB under a 64 MiB limit: %v %v; OOM kills %d then %d (%v)", st, err, before, after, kerr)
+	}
 }
 
 func TestFreezeThaw(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -40,6 +41,19 @@ type Config struct {
 	// symlinks); missing ones are skipped. Default: /usr, /bin, /sbin,
 	// /lib, /lib32, /lib64, /libx32, /etc.
 	HostDirs []string
+	// Root, if set, is an image's root filesystem (a host directory): the
+	// sandbox's root binds its top-level entries read-only (symlinks
+	// copied as symlinks) instead of the host's HostDirs, which must then
+	// be unset. /workspace, /tmp, /proc, /dev and /sys are the sandbox's
+	// own whatever the image holds there.
+	Root string
+	// Outbound gives every sandbox outbound network through pasta (see
+	// network.go); otherwise they have loopback only. A spare gets its
+	// pasta ahead of need too, so that Start does not wait for it.
+	Outbound bool
+	// Pasta is the program that gives outbound network; default "pasta"
+	// on PATH.
+	Pasta string
 	// Spares is how many inits are kept started ahead of need, so that
 	// Start skips the runtime's start and the cgroups' creation (see
 	// spare). Default 1; negative means none.
@@ -96,6 +110,13 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Binary == "" {
 		cfg.Binary = "/proc/self/exe"
 	}
+	if cfg.Root != "" {
+		dirs, err := imageDirs(cfg.Root, cfg.HostDirs)
+		if err != nil {
+			return nil, err
+		}
+		cfg.HostDirs = dirs
+	}
 	if cfg.HostDirs == nil {
 		cfg.HostDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
 	}
@@ -119,6 +140,11 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("jail: %w: sandboxes need root (namespaces, cgroups, pivot_root)", api.ErrUnavailable)
+	}
+	if cfg.Outbound {
+		if err := PastaAvailable(cfg.Pasta); err != nil {
+			return nil, fmt.Errorf("jail: %w", err)
+		}
 	}
 	h, err := probeHierarchy()
 	if err != nil {
@@ -196,6 +222,7 @@ func (m *Manager) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) 
 			m.mu.Unlock()
 		}
 	}()
+	defer m.askRefill()
 	if err := s.start(ctx, spec); err != nil {
 		return nil, fmt.Errorf("jail: start %s: %w", spec.Name, err)
 	}
@@ -357,6 +384,7 @@ type spare struct {
 	cmd      *exec.Cmd
 	sock     int
 	initDone chan struct{}
+	net      *netHelper // its pasta (Config.Outbound), or nil
 }
 
 // spawn starts an init in cgroups named rel and leaves it at its gate.
@@ -416,7 +444,7 @@ func (m *Manager) spawn(rel string) (_ *spare, err error) {
 	if err := g.attachV1(cmd.Process.Pid); err != nil {
 		return nil, fmt.Errorf("attach init to v1 cgroups: %w", err)
 	}
-	if err := send(sp.sock, &msg{Op: opPrepare, Setup: &setup{Mountpoint: m.mnt, HostDirs: m.cfg.HostDirs}}); err != nil {
+	if err := send(sp.sock, &msg{Op: opPrepare, Setup: &setup{Mountpoint: m.mnt, RootDir: m.cfg.Root, HostDirs: m.cfg.HostDirs}}); err != nil {
 		return nil, fmt.Errorf("send prepare: %w", err)
 	}
 	// A spare is ready when its runtime has started and its skeleton is
@@ -438,6 +466,11 @@ func (m *Manager) spawn(rel string) (_ *spare, err error) {
 	case reply.Op != opPrepared:
 		return nil, fmt.Errorf("init sent %q before prepared", reply.Op)
 	}
+	if m.cfg.Outbound {
+		if sp.net, err = m.startNetwork(g, cmd.Process.Pid); err != nil {
+			return nil, fmt.Errorf("outbound network: %w", err)
+		}
+	}
 	return sp, nil
 }
 
@@ -446,18 +479,16 @@ func (sp *spare) discard(timeout time.Duration) error {
 	err := sp.g.kill()
 	sp.cmd.Process.Kill()
 	<-sp.initDone
+	sp.net.stop()
 	unix.Close(sp.sock)
 	return errors.Join(err, sp.g.waitEmpty(timeout), sp.g.remove())
 }
 
-// takeSpare returns a spare if one is ready, and asks for another.
+// takeSpare returns a spare if one is ready; Start asks for another
+// once it is done (askRefill).
 func (m *Manager) takeSpare() *spare {
 	select {
 	case sp := <-m.spares:
-		select {
-		case m.refill <- struct{}{}:
-		default:
-		}
 		select {
 		case <-sp.initDone: // killed meanwhile (a Reap by another manager)
 			sp.discard(m.cfg.StopTimeout)
@@ -467,6 +498,17 @@ func (m *Manager) takeSpare() *spare {
 		return sp
 	default:
 		return nil
+	}
+}
+
+// askRefill asks fill for a spare in place of one taken. Start asks when
+// it has finished, not when it takes the spare: a new init's start (a Go
+// runtime's, and its skeleton's) would compete for the CPU with the start
+// it is meant to speed up.
+func (m *Manager) askRefill() {
+	select {
+	case m.refill <- struct{}{}:
+	default:
 	}
 }
 
@@ -546,7 +588,7 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 			sp.discard(m.cfg.StopTimeout)
 		}
 	}()
-	s.cmd, s.sock, s.initDone = sp.cmd, sp.sock, sp.initDone
+	s.cmd, s.sock, s.initDone, s.net = sp.cmd, sp.sock, sp.initDone, sp.net
 	st := &setup{Workspace: spec.Workspace, Tmp: spec.Tmp, Hostname: spec.Hostname}
 	if err := send(s.sock, &msg{Op: opSetup, Setup: st}); err != nil {
 		return fmt.Errorf("send setup: %w", err)
@@ -580,6 +622,16 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 			if err := g.adopt(sp.cmd.Process.Pid); err != nil {
 				g.remove()
 				return err
+			}
+			if sp.net != nil {
+				if err := g.adopt(sp.net.cmd.Process.Pid); err != nil {
+					// init dies with the new group; pasta, in the old
+					// one, with the spare's discard.
+					g.kill()
+					g.waitEmpty(m.cfg.StopTimeout)
+					g.remove()
+					return err
+				}
 			}
 			old := sp.g
 			sp.g = g
@@ -623,6 +675,38 @@ func (h *hierarchy) removeEmpty(rel string) {
 	for _, d := range dirs {
 		unix.Rmdir(d)
 	}
+}
+
+// ownDirs are the sandbox's own top-level directories: never bound from
+// an image.
+var ownDirs = []string{"workspace", "tmp", "proc", "dev", "sys"}
+
+// imageDirs lists the top-level entries of an image's root that a
+// sandbox binds: every directory and symlink but the sandbox's own.
+func imageDirs(root string, hostDirs []string) ([]string, error) {
+	if hostDirs != nil {
+		return nil, fmt.Errorf("jail: %w: Root and HostDirs are exclusive", api.ErrBadRequest)
+	}
+	if !filepath.IsAbs(root) {
+		return nil, fmt.Errorf("jail: %w: Root %q must be an absolute path", api.ErrBadRequest, root)
+	}
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("jail: %w: image root: %w", api.ErrBadRequest, err)
+	}
+	dirs := []string{}
+	for _, e := range ents {
+		if slices.Contains(ownDirs, e.Name()) {
+			continue
+		}
+		if e.IsDir() || e.Type()&os.ModeSymlink != 0 {
+			dirs = append(dirs, "/"+e.Name())
+		}
+	}
+	if len(dirs) == 0 {
+		return nil, fmt.Errorf("jail: %w: image root %s is empty", api.ErrBadRequest, root)
+	}
+	return dirs, nil
 }
 
 // Label is the manager's label.

@@ -55,6 +55,7 @@ type msg struct {
 type setup struct {
 	Mountpoint string   `json:"mountpoint,omitempty"` // an empty host directory for the new root's tmpfs
 	HostDirs   []string `json:"host_dirs,omitempty"`  // top-level host paths bound read-only (or copied as symlinks)
+	RootDir    string   `json:"root_dir,omitempty"`   // where HostDirs are taken from: an image's root (default /)
 	Workspace  string   `json:"workspace,omitempty"`
 	Tmp        string   `json:"tmp,omitempty"`
 	Hostname   string   `json:"hostname,omitempty"`

@@ -24,7 +24,8 @@ type Sandbox struct {
 	name string
 	g    *group
 	cmd  *exec.Cmd
-	sock int // the host end of the socketpair; closed by Stop
+	sock int        // the host end of the socketpair; closed by Stop
+	net  *netHelper // the sandbox's pasta (Config.Outbound), or nil
 
 	initDone   chan struct{} // closed when init has been reaped
 	readerDone chan struct{} // closed when read has returned
@@ -478,7 +479,19 @@ func (p *Process) Resize(rows, cols uint16) error {
 	if p.tty == nil {
 		return fmt.Errorf("jail: resize: %w: not a tty process", api.ErrBadRequest)
 	}
-	return unix.IoctlSetWinsize(int(p.tty.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	// Through the descriptor's own reference (Control), never Fd(): the
+	// pty is closed when the process ends, maybe while a resize comes.
+	rc, err := p.tty.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("jail: resize: %w", err)
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}); err != nil {
+		return fmt.Errorf("jail: resize: %w: %w", api.ErrState, err)
+	}
+	return ierr
 }
 
 // Exec runs a process to its end: Start, then Wait.
@@ -549,6 +562,10 @@ func (s *Sandbox) Frozen() bool {
 // MemoryBytes is the memory charged to the sandbox's cgroup.
 func (s *Sandbox) MemoryBytes() (int64, error) { return s.g.memory() }
 
+// OOMKills is how many of the sandbox's processes the kernel has killed
+// for its memory limit (Spec.MemoryMax).
+func (s *Sandbox) OOMKills() (int64, error) { return s.g.oomKills() }
+
 // PidCount is the number of processes in the sandbox, init included.
 func (s *Sandbox) PidCount() (int, error) { return s.g.pids() }
 
@@ -586,6 +603,7 @@ func (s *Sandbox) stop() error {
 	}
 	s.cmd.Process.Kill() // init's death takes its PID namespace with it, whatever the cgroup did
 	<-s.initDone
+	s.net.stop() // killed with the cgroup already; reaped here
 	if err := s.g.waitEmpty(s.m.cfg.StopTimeout); err != nil {
 		errs = append(errs, err)
 	} else if s.frozen && s.g.v1 != nil {

@@ -1,45 +1,3 @@
-// Package jailbackend is the engine's jail backend: every live node of a
-// jail tree is a process sandbox (internal/jail) over the node's files.
-// It joins the two without either importing the other: engine defines the
-// Backend seam, jail the sandbox, and this adapter implements the one with
-// the other.
-//
-// # What a node is here
-//
-// A live node is a jail.Sandbox named by the node's id, with the node's
-// files path at /workspace and a per-node directory at /tmp. A suspended
-// node is its /tmp directory alone (its sandbox stopped: its processes
-// ended, its files and /tmp kept). A stopped node is nothing: its sandbox
-// is stopped and its /tmp removed.
-//
-// Each tree has a jail.Manager of its own, labelled by the tree's id and a
-// hash of the backend's directory (so that two daemons on one host, with
-// trees of the same id, never share or reap each other's cgroups). At open
-// the manager reaps what a killed daemon left under the label; every /tmp
-// directory found then is a node held suspended, which reconcile resumes
-// (a live node, LostRestart) or stops (a node the tree no longer has).
-//
-// # Not yet (issue 11)
-//
-//   - /tmp is a plain directory under the backend's directory, not a
-//     copy-on-write layer: a fork's children start with an empty /tmp, not
-//     the source's as of the fork, and Commit carries nothing into the
-//     parent (it succeeds and is idempotent). The O(1) /tmp layer is later
-//     work.
-//   - A fork carries no processes: children start with nothing running
-//     (processes: not carried; that is the vm backend's job). The fork
-//     reply does not say so on the wire yet.
-//   - One spare init per tree (jail.Config.Spares) is kept started ahead
-//     of need, so a tree's first start skips the init's cold start.
-//
-// # Fork
-//
-// Fork freezes the source (its cgroup's freezer), runs the files' fork and
-// thaws the source, then starts the children. The children's start needs
-// nothing of the source's state as of the pause besides the files already
-// forked (and, later, the /tmp layer forked inside the same pause), so it
-// happens after the thaw: the source is paused for the files' fork only,
-// not for the children's sandbox starts (6 to 15 ms each).
 package jailbackend
 
 import (
@@ -60,7 +18,6 @@ import (
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/jail"
-	"golang.org/x/sys/unix"
 )
 
 // Name is the backend's name at tree_create.
@@ -87,6 +44,12 @@ type Config struct {
 	// Binary is jail.Config.Binary (default /proc/self/exe, which must
 	// call jail.Main first).
 	Binary string
+	// Image returns the root filesystem (a host directory) of the image
+	// a tree names (engine.BackendConfig.Image), or an error wrapping
+	// api.ErrNotFound; nil serves no images.
+	Image func(name string) (root string, err error)
+	// Pasta is jail.Config.Pasta, for trees with outbound network.
+	Pasta string
 }
 
 // Available says whether this process can run sandboxes: nil, or why not
@@ -116,30 +79,74 @@ func Open(cfg Config) engine.OpenBackend {
 }
 
 type backend struct {
-	m   *jail.Manager
-	tmp string // <Dir>/tmp: one directory per node held
+	m      *jail.Manager
+	tmp    *tmpLayer // every node's /tmp
+	legacy string    // <Dir>/tmp: the plain per-node /tmp directories of before the layer
+	// outbound: the tree's sandboxes get outbound network (pasta).
+	outbound bool
+	// memoryMax and pidsMax limit every sandbox (jail.Spec): the tree's
+	// budget's MaxNodeRAMBytes and MaxNodePids (0: none).
+	memoryMax, pidsMax int64
 
 	// op orders the verbs that change what is held (the engine calls them
 	// under the tree's mutex already; this keeps the backend safe for
 	// concurrent use without holding mu across a sandbox's start or stop).
 	op sync.Mutex
+	// pause is how long the last Fork of a live source held it frozen,
+	// tmpFork how long its /tmp fork took (BenchmarkFork reports them);
+	// guarded by op.
+	pause, tmpFork time.Duration
+	starts         []time.Duration // the last Fork's children's starts; guarded by op
 
 	mu sync.Mutex // guards nodes and closed; held only briefly
 	// nodes are the held nodes by id: a live one's sandbox, or nil for a
 	// suspended one.
 	nodes  map[string]*jail.Sandbox
 	closed bool
+
+	bg bgProcs // background processes (faces.go)
 }
 
 func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Backend, err error) {
 	if bc.Dir == "" || !filepath.IsAbs(bc.Dir) {
 		return nil, api.Errorf(api.ErrInternal, "jail backend: directory %q must be an absolute path", bc.Dir)
 	}
-	b := &backend{tmp: filepath.Join(bc.Dir, "tmp"), nodes: map[string]*jail.Sandbox{}}
-	if err := os.MkdirAll(b.tmp, 0o700); err != nil {
-		return nil, fmt.Errorf("jail backend: %w: %w", api.ErrInternal, err)
+	b := &backend{legacy: filepath.Join(bc.Dir, "tmp"), nodes: map[string]*jail.Sandbox{},
+		memoryMax: bc.Budget.MaxNodeRAMBytes, pidsMax: bc.Budget.MaxNodePids}
+	var root string
+	if bc.Image != "" {
+		if cfg.Image == nil {
+			return nil, api.Errorf(api.ErrBadRequest, "jail backend: image %q: this daemon serves no images", bc.Image)
+		}
+		if root, err = cfg.Image(bc.Image); err != nil {
+			return nil, fmt.Errorf("jail backend: %w", err)
+		}
 	}
-	b.m, err = jail.New(jail.Config{StateDir: filepath.Join(bc.Dir, "jail"), Label: Label(bc), Spares: cfg.Spares, Binary: cfg.Binary})
+	switch bc.Network {
+	case "":
+	case api.NetworkOutbound:
+		// Checked before anything is made (jail.New checks it too).
+		if err := jail.PastaAvailable(cfg.Pasta); err != nil {
+			return nil, fmt.Errorf("jail backend: %w", err)
+		}
+		b.outbound = true
+	default:
+		return nil, api.Errorf(api.ErrBadRequest, "jail backend: network %q", bc.Network)
+	}
+	// The /tmp layer's mount before any init: an init's mount namespace
+	// (a spare's is made ahead of need) sees only the mounts made before
+	// it. A mount an earlier daemon left is detached lazily: its
+	// sandboxes, reaped below, keep nothing of it.
+	if b.tmp, err = openTmp(bc.Dir, bc.Budget.MaxDiskBytes); err != nil {
+		return nil, fmt.Errorf("jail backend: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			b.tmp.close()
+		}
+	}()
+	b.m, err = jail.New(jail.Config{StateDir: filepath.Join(bc.Dir, "jail"), Label: Label(bc), Spares: cfg.Spares, Binary: cfg.Binary,
+		Root: root, Outbound: b.outbound, Pasta: cfg.Pasta})
 	if err != nil {
 		return nil, fmt.Errorf("jail backend: %w", err)
 	}
@@ -156,14 +163,16 @@ func open(ctx context.Context, cfg Config, bc engine.BackendConfig) (_ engine.Ba
 	if _, err := b.m.Reap(ctx); err != nil {
 		return nil, fmt.Errorf("jail backend: reap what an earlier daemon left: %w", err)
 	}
-	ents, err := os.ReadDir(b.tmp)
-	if err != nil {
-		return nil, fmt.Errorf("jail backend: %w: %w", api.ErrInternal, err)
+	if err := b.migrate(); err != nil {
+		return nil, fmt.Errorf("jail backend: %w", err)
 	}
-	for _, e := range ents {
-		if e.IsDir() && jail.CheckName(e.Name()) == nil {
-			b.nodes[e.Name()] = nil // kept by an earlier open: suspended
+	for _, id := range b.tmp.nodes() {
+		// Kept by an earlier open: suspended, its /tmp unwritable until
+		// it is resumed.
+		if err := b.tmp.setWritable(id, false); err != nil {
+			return nil, fmt.Errorf("jail backend: %w", err)
 		}
+		b.nodes[id] = nil
 	}
 	return b, nil
 }
@@ -205,6 +214,7 @@ func (b *backend) drop(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.nodes, id)
+	b.dropProcs(id)
 }
 
 func (b *backend) checkOpen(verb string) error {
@@ -216,31 +226,39 @@ func (b *backend) checkOpen(verb string) error {
 	return nil
 }
 
-// tmpDir makes (if need be) node id's /tmp directory and returns it.
-func (b *backend) tmpDir(id string) (string, error) {
-	if err := jail.CheckName(id); err != nil {
+// TmpPath is where node id's /tmp is on the host: the one place that says
+// so (the files API serves a jail node's /tmp through it). It is a path
+// of the /tmp layer's mount, read-only while the node is suspended.
+func (b *backend) TmpPath(id string) (string, error) {
+	if err := b.checkOpen("/tmp of " + id); err != nil {
 		return "", err
 	}
-	p := filepath.Join(b.tmp, id)
-	if err := os.Mkdir(p, 0o1777); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", fmt.Errorf("%w: node %s's /tmp: %w", api.ErrInternal, id, err)
-	}
-	// Mkdir's mode is cut by the umask; a /tmp is world-writable and sticky.
-	if err := os.Chmod(p, 0o777|os.ModeSticky); err != nil {
-		return "", fmt.Errorf("%w: node %s's /tmp: %w", api.ErrInternal, id, err)
-	}
-	return p, nil
+	return b.tmp.path(id)
 }
 
-// run starts node id's sandbox over path (its /tmp made if need be); b.op
-// is held.
+// checkID refuses an id that cannot name a node here.
+func checkID(id string) error {
+	if err := jail.CheckName(id); err != nil {
+		return err
+	}
+	return checkTmpName(id)
+}
+
+// run starts node id's sandbox over path, with its /tmp (an empty one
+// made if it has none) writable; b.op is held.
 func (b *backend) run(ctx context.Context, id, path string) error {
-	tmp, err := b.tmpDir(id)
+	if err := b.tmp.ensure(id); err != nil {
+		return err
+	}
+	if err := b.tmp.setWritable(id, true); err != nil {
+		return err
+	}
+	tmp, err := b.tmp.path(id)
 	if err != nil {
 		return err
 	}
 	// The sandbox outlives the call: ctx bounds its start only.
-	sb, err := b.m.Start(ctx, jail.Spec{Name: id, Workspace: path, Tmp: tmp})
+	sb, err := b.m.Start(ctx, jail.Spec{Name: id, Workspace: path, Tmp: tmp, MemoryMax: b.memoryMax, PidsMax: b.pidsMax})
 	if err != nil {
 		return err
 	}
@@ -254,14 +272,17 @@ func (b *backend) Start(ctx context.Context, id, path string) error {
 	if err := b.checkOpen("start " + id); err != nil {
 		return err
 	}
-	if err := jail.CheckName(id); err != nil {
+	if err := checkID(id); err != nil {
 		return fmt.Errorf("jail backend: start: %w", err)
 	}
 	if _, ok := b.get(id); ok {
 		return api.Errorf(api.ErrExists, "jail backend: start %s: already held", id)
 	}
+	had := b.tmp.has(id)
 	if err := b.run(ctx, id, path); err != nil {
-		os.Remove(filepath.Join(b.tmp, id)) // the /tmp just made, if empty
+		if !had { // the /tmp just made
+			err = errors.Join(err, b.tmp.drop(id))
+		}
 		return fmt.Errorf("jail backend: start %s: %w", id, err)
 	}
 	return nil
@@ -281,22 +302,26 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 		if _, dup := b.get(c); dup {
 			return api.Errorf(api.ErrExists, "jail backend: fork %s: child %s already held", source, c)
 		}
-		if err := jail.CheckName(c); err != nil {
+		if err := checkID(c); err != nil {
 			return fmt.Errorf("jail backend: fork %s: %w", source, err)
 		}
+		if b.tmp.has(c) {
+			return api.Errorf(api.ErrExists, "jail backend: fork %s: child %s has a /tmp already", source, c)
+		}
 	}
-	paths, err := b.pausedFiles(ctx, source, src, files)
+	b.pause, b.starts = 0, b.starts[:0]
+	paths, err := b.paused(ctx, source, src, children, files)
 	if err != nil {
 		return err
-	}
-	if len(paths) != len(children) {
-		return api.Errorf(api.ErrInternal, "jail backend: fork %s: the files' fork gave %d paths for %d children", source, len(paths), len(children))
 	}
 	// One after another: started side by side they took as long on this
 	// 2-core host (BenchmarkFork/children=3), cold starts being CPU-bound.
 	for i, c := range children {
-		if err := b.run(ctx, c, paths[i]); err != nil {
-			for _, done := range children[:i+1] { // the one that failed too: its /tmp
+		t0 := time.Now()
+		err := b.run(ctx, c, paths[i])
+		b.starts = append(b.starts, time.Since(t0))
+		if err != nil {
+			for _, done := range children { // started or not, each has a /tmp now
 				b.stop(context.WithoutCancel(ctx), done)
 			}
 			return fmt.Errorf("jail backend: fork %s: start child %s: %w", source, c, err)
@@ -305,10 +330,13 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 	return nil
 }
 
-// pausedFiles runs files with source's sandbox frozen (a suspended source
-// runs nothing to freeze) and thaws it after, whatever files did.
-func (b *backend) pausedFiles(ctx context.Context, source string, src *jail.Sandbox, files func(context.Context) ([]string, error)) (paths []string, err error) {
+// paused runs files, then forks source's /tmp for children, with source's
+// sandbox frozen (a suspended source runs nothing to freeze), and thaws it
+// after, whatever happened: the children's files and /tmp are the
+// source's as of one instant.
+func (b *backend) paused(ctx context.Context, source string, src *jail.Sandbox, children []string, files func(context.Context) ([]string, error)) (paths []string, err error) {
 	if src != nil {
+		start := time.Now()
 		if err := src.Freeze(); err != nil {
 			return nil, fmt.Errorf("jail backend: fork %s: pause: %w", source, err)
 		}
@@ -316,12 +344,21 @@ func (b *backend) pausedFiles(ctx context.Context, source string, src *jail.Sand
 			if terr := src.Thaw(); terr != nil {
 				err = errors.Join(err, fmt.Errorf("jail backend: fork %s: resume the source: %w", source, terr))
 			}
+			b.pause = time.Since(start)
 		}()
 	}
 	paths, err = files(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("jail backend: fork %s: files: %w", source, err)
 	}
+	if len(paths) != len(children) {
+		return nil, api.Errorf(api.ErrInternal, "jail backend: fork %s: the files' fork gave %d paths for %d children", source, len(paths), len(children))
+	}
+	start := time.Now()
+	if err := b.tmp.fork(source, children); err != nil {
+		return nil, fmt.Errorf("jail backend: fork %s: %w", source, err)
+	}
+	b.tmpFork = time.Since(start)
 	return paths, nil
 }
 
@@ -335,9 +372,13 @@ func (b *backend) Suspend(ctx context.Context, id string) error {
 	case sb == nil:
 		return api.Errorf(api.ErrState, "jail backend: suspend %s: already suspended", id)
 	}
-	// Its processes end; its /tmp stays, and with it the node.
+	// Its processes end; its /tmp stays, and with it the node, unwritable
+	// until it is resumed.
 	b.hold(id, nil)
 	if err := sb.Stop(ctx); err != nil {
+		return fmt.Errorf("jail backend: suspend %s: %w", id, err)
+	}
+	if err := b.tmp.setWritable(id, false); err != nil {
 		return fmt.Errorf("jail backend: suspend %s: %w", id, err)
 	}
 	return nil
@@ -349,18 +390,39 @@ func (b *backend) Resume(ctx context.Context, id, path string) error {
 	if err := b.checkOpen("resume " + id); err != nil {
 		return err
 	}
-	if sb, ok := b.get(id); ok && sb != nil {
+	if err := checkID(id); err != nil {
+		return fmt.Errorf("jail backend: resume: %w", err)
+	}
+	sb, held := b.get(id)
+	if sb != nil {
 		return api.Errorf(api.ErrState, "jail backend: resume %s: already live", id)
 	}
 	if err := b.run(ctx, id, path); err != nil {
+		if held { // still suspended: its /tmp read-only again
+			err = errors.Join(err, b.tmp.setWritable(id, false))
+		}
 		return fmt.Errorf("jail backend: resume %s: %w", id, err)
 	}
 	return nil
 }
 
-// Commit carries nothing: /tmp is not node state the parent takes yet
-// (see the package's doc). It is trivially idempotent.
-func (b *backend) Commit(ctx context.Context, child, parent string) error { return nil }
+// Commit makes child's /tmp its parent's (see the package's doc): O(1),
+// one metadata transaction of the /tmp layer's store, so a crash leaves it
+// done or not; a child with no /tmp left was committed already.
+func (b *backend) Commit(ctx context.Context, child, parent string) error {
+	b.op.Lock()
+	defer b.op.Unlock()
+	if err := b.checkOpen("commit " + child); err != nil {
+		return err
+	}
+	if err := checkID(child); err != nil {
+		return fmt.Errorf("jail backend: commit: %w", err)
+	}
+	if err := b.tmp.commit(child, parent); err != nil {
+		return fmt.Errorf("jail backend: commit %s into %s: %w", child, parent, err)
+	}
+	return nil
+}
 
 func (b *backend) Stop(ctx context.Context, id string) error {
 	b.op.Lock()
@@ -370,7 +432,7 @@ func (b *backend) Stop(ctx context.Context, id string) error {
 
 // stop ends node id for good; b.op is held.
 func (b *backend) stop(ctx context.Context, id string) error {
-	if jail.CheckName(id) != nil {
+	if checkID(id) != nil {
 		return nil // no node of that name can be held
 	}
 	if sb, _ := b.get(id); sb != nil {
@@ -378,8 +440,8 @@ func (b *backend) stop(ctx context.Context, id string) error {
 			return fmt.Errorf("jail backend: stop %s: %w", id, err)
 		}
 	}
-	if err := os.RemoveAll(filepath.Join(b.tmp, id)); err != nil {
-		return fmt.Errorf("jail backend: stop %s: remove its /tmp: %w: %w", id, api.ErrInternal, err)
+	if err := b.tmp.drop(id); err != nil {
+		return fmt.Errorf("jail backend: stop %s: %w", id, err)
 	}
 	b.drop(id)
 	return nil
@@ -387,36 +449,32 @@ func (b *backend) stop(ctx context.Context, id string) error {
 
 func (b *backend) Exec(ctx context.Context, id string, cmd engine.Command, out func(api.ExecOutput) error) (api.ExecExit, error) {
 	start := time.Now()
-	sb, ok := b.get(id)
-	switch {
-	case !ok:
-		return api.ExecExit{}, api.Errorf(api.ErrNotFound, "jail backend: exec on %s: not held", id)
-	case sb == nil:
-		return api.ExecExit{}, api.Errorf(api.ErrState, "jail backend: exec on %s: suspended", id)
-	case len(cmd.Argv) == 0:
-		return api.ExecExit{}, api.Errorf(api.ErrBadRequest, "jail backend: exec on %s: no command", id)
-	case cmd.Cwd != "" && !filepath.IsLocal(cmd.Cwd):
-		return api.ExecExit{}, api.Errorf(api.ErrBadRequest, "jail backend: exec on %s: cwd %q is not a path inside the node", id, cmd.Cwd)
+	sb, err := b.live("exec on", id, cmd)
+	if err != nil {
+		return api.ExecExit{}, err
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The sandbox's count of processes killed for its memory limit,
+	// before and after: a rise is the command's (or a sibling exec's,
+	// which the count cannot tell apart) running out of memory.
+	ooms, oomErr := sb.OOMKills()
 	w := &streams{out: out, cancel: cancel}
-	p, err := sb.Start(jail.ExecSpec{
-		Argv:    cmd.Argv,
-		Env:     environ(cmd.Env),
-		Cwd:     filepath.Join("/workspace", cmd.Cwd),
-		Timeout: cmd.Timeout,
-		Stdin:   cmd.Stdin,
-		Stdout:  w.to("stdout"),
-		Stderr:  w.to("stderr"),
-	})
+	p, err := sb.Start(execSpec(cmd, w.to("stdout"), w.to("stderr")))
 	if err != nil {
 		return api.ExecExit{}, fmt.Errorf("jail backend: exec on %s: %w", id, err)
 	}
+	if cmd.TTY && cmd.Resize != nil {
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() { resizer(p, cmd.Resize, done) })
+		defer wg.Wait()
+		defer close(done)
+	}
 	st, err := p.Wait(cctx)
-	x := api.ExecExit{ExitCode: st.Code, DurationNS: max(time.Since(start).Nanoseconds(), 1)}
-	if st.Signal != 0 {
-		x.ExitCode, x.Signal = -1, strings.TrimPrefix(unix.SignalName(st.Signal), "SIG")
+	x := exitOf(st, start)
+	if after, err := sb.OOMKills(); oomErr == nil && err == nil && after > ooms {
+		x.OOMKilled = true
 	}
 	if oerr := w.failed(); oerr != nil {
 		return x, fmt.Errorf("jail backend: exec output: %w", oerr)
@@ -498,6 +556,12 @@ func (b *backend) RAM(ctx context.Context) (map[string]int64, error) {
 	return out, first
 }
 
+// DiskUsage is what each node's /tmp holds on disk (engine.DiskUser): the
+// tree's disk budget counts it with the files.
+func (b *backend) DiskUsage() map[string]int64 { return b.tmp.usage() }
+
+var _ engine.DiskUser = (*backend)(nil)
+
 func (b *backend) Nodes(ctx context.Context) ([]engine.HeldNode, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -528,7 +592,13 @@ func (b *backend) Close() error {
 		b.nodes[id] = nil
 	}
 	b.mu.Unlock()
-	if err := b.m.Close(); err != nil {
+	err := b.m.Close()
+	b.bg.wg.Wait() // every background process ended with its sandbox
+	// The sandboxes are gone: nothing uses the /tmp layer's mount now.
+	if terr := b.tmp.close(); terr != nil {
+		err = errors.Join(err, terr)
+	}
+	if err != nil {
 		return fmt.Errorf("jail backend: close: %w", err)
 	}
 	return nil

@@ -119,8 +119,8 @@ func TestWorkspaceAndTmp(t *testing.T) {
 	if err != nil || calls != 1 {
 		t.Fatalf("fork: %v (files called %d times)", err, calls)
 	}
-	if got := f.sh("n2", "cat /workspace/f; ls /tmp"); got != "two\n" {
-		t.Fatalf("the child sees %q, want its own files and an empty /tmp", got)
+	if got := f.sh("n2", "cat /workspace/f; ls /tmp"); got != "two\nt\n" {
+		t.Fatalf("the child sees %q, want its own files and its source's /tmp", got)
 	}
 	if err := f.b.Suspend(f.ctx, "n1"); err != nil {
 		t.Fatal(err)
@@ -142,22 +142,21 @@ func TestWorkspaceAndTmp(t *testing.T) {
 	if got := f.sh("n1", "cat /tmp/t"); got != "kept\n" {
 		t.Fatalf("/tmp after a reopen: %q", got)
 	}
-	tmp := filepath.Join(f.cfg.Dir, "tmp", "n1")
 	if err := f.b.Stop(f.ctx, "n1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("a stopped node's /tmp: %v, want it gone", err)
+	if p, err := f.b.(*backend).TmpPath("n1"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("a stopped node's /tmp: %q %v, want it gone", p, err)
 	}
 	// A name that cannot be a node's is refused, and stopping it is a no-op.
 	if err := f.b.Start(f.ctx, "../x", p1); !errors.Is(err, api.ErrBadRequest) {
 		t.Fatalf("start ../x: %v, want bad_request", err)
 	}
-	if err := f.b.Stop(f.ctx, "../tmp"); err != nil {
+	if err := f.b.Stop(f.ctx, "../"+tmpStoreDir); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(f.cfg.Dir, "tmp")); err != nil {
-		t.Fatalf("stop ../tmp reached outside the node: %v", err)
+	if _, err := os.Stat(filepath.Join(f.cfg.Dir, tmpStoreDir)); err != nil {
+		t.Fatalf("stop ../%s reached outside the node: %v", tmpStoreDir, err)
 	}
 }
 

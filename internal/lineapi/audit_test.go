@@ -44,8 +44,9 @@ func (l *lockedBuf) lines(t *testing.T) []audit.Entry {
 }
 
 // TestAudit: every socket request, served, refused or malformed, and a
-// watch, gets one audit line with the face, the peer's uid, the verb, its
-// tree and node, and the error code of a failure.
+// watch, an exec and a files verb, gets one audit line with the face, the
+// peer's uid, the verb, its tree, node and file, and the error code of a
+// failure.
 func TestAudit(t *testing.T) {
 	buf := &lockedBuf{}
 	path := serve(t, facetest.NewEngine(t), lineapi.Config{Audit: audit.New(buf, nil)})
@@ -54,6 +55,8 @@ func TestAudit(t *testing.T) {
 		`{"op":"tree_fork","tree_id":"t","source_id":"n1","label":"a"}`,
 		`{"op":"tree_commit","tree_id":"t","node_id":"n9"}`,
 		`{"op":"tree_explode"}`,
+		`{"op":"file_stat","tree_id":"t","node_id":"n1","path":"/nope"}`,
+		`{"op":"tree_exec","tree_id":"t","node_id":"n1","argv":["true"]}`,
 		`{"op":"tree_watch","tree_id":"t"}`,
 	}, "\n")+"\n")
 	uid := uint32(os.Getuid())
@@ -62,6 +65,8 @@ func TestAudit(t *testing.T) {
 		{Op: api.OpTreeFork, Tree: "t", Node: "n1"},
 		{Op: api.OpTreeCommit, Tree: "t", Node: "n9", Code: api.CodeNotFound},
 		{Op: "unknown", Code: api.CodeBadRequest},
+		{Op: api.OpFileStat, Tree: "t", Node: "n1", File: "/nope", Code: api.CodeNotFound},
+		{Op: api.OpTreeExec, Tree: "t", Node: "n1", Code: api.CodeNotSupported},
 		{Op: api.OpTreeWatch, Tree: "t"},
 	}
 	var got []audit.Entry
@@ -76,7 +81,7 @@ func TestAudit(t *testing.T) {
 	for i, w := range want {
 		g := got[i]
 		if g.Face != audit.FaceLine || g.UID == nil || *g.UID != uid || g.Time == "" ||
-			g.Op != w.Op || g.Tree != w.Tree || g.Node != w.Node || g.Code != w.Code {
+			g.Op != w.Op || g.Tree != w.Tree || g.Node != w.Node || g.Code != w.Code || g.File != w.File {
 			t.Errorf("audit line %d: %+v, want face line, uid %d, %+v", i, g, uid, w)
 		}
 	}

@@ -17,6 +17,24 @@
 // or the server shuts down. Lines the client sends after tree_watch are read
 // and ignored (reading is how the server notices the client left).
 //
+// tree_exec and exec_logs stream too: "tree_exec_output" lines as the
+// command writes (each flushed; a client that stops reading holds the
+// command back), then one "tree_exec_exit" (or "exec_logs") line, after
+// which the connection takes requests again; an exec_logs with follow,
+// which may be silent for long, reads the client's input to notice it
+// leave, and ends the connection with the stream. file_read is "file_data" lines
+// of api.MaxInputChunk bytes, then one "file_read" line with the last
+// chunk and the file's description: at most two chunks are held.
+//
+// A request with "input": true (file_write, tree_exec) is followed by the
+// client's api.Input lines ({"data":BASE64}, {"rows","cols"}, {"eof":true}),
+// each bounded like a request line. file_write streams them into the file
+// and answers after the EOF line (a write refused early drains them; a
+// malformed one ends the connection). tree_exec forwards them to the
+// command's stdin and pty as they come, from a goroutine that owns the
+// reader until the exec ends; the connection then closes, since a
+// terminal's input may never reach EOF.
+//
 // # Access
 //
 // Listen creates the socket with mode 0600 (only the daemon's user and root

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,13 @@ type Handler interface {
 // Handler without it fails with api.ErrNotSupported.
 type Execer interface {
 	Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error)
+}
+
+// ImageBuilder is a Handler that serves image_build (the daemon does):
+// progress sends one line of the build's progress to the client.
+// image_build on a Handler without it fails with api.ErrNotSupported.
+type ImageBuilder interface {
+	BuildImage(ctx context.Context, req api.Request, progress func(string) error) (api.Response, error)
 }
 
 // DefaultMaxLineBytes bounds one request line.
@@ -385,8 +393,26 @@ func (c *conn) handle(ctx context.Context, line []byte) bool {
 	if req.Op == api.OpTreeWatch {
 		return c.watch(ctx, req, start)
 	}
-	if req.Op == api.OpTreeExec {
+	if req.Input && req.Op != api.OpFileWrite && (req.Op != api.OpTreeExec || req.Detach) {
+		c.s.record(ctx, req, api.CodeBadRequest, start)
+		return c.reply(errorResponse(fmt.Errorf("%s: %w", req.Op, errNoInput))) == nil
+	}
+	if req.Op == api.OpTreeExec && !req.Detach {
 		return c.exec(ctx, req, start)
+	}
+	if req.Op == api.OpExecLogs {
+		return c.logs(ctx, req, start)
+	}
+	if f, ok := c.s.cfg.Handler.(Filer); ok {
+		switch {
+		case req.Op == api.OpFileRead:
+			return c.fileRead(ctx, f, req, start)
+		case req.Op == api.OpFileWrite && req.Input:
+			return c.fileWrite(ctx, f, req, start)
+		}
+	}
+	if req.Op == api.OpImageBuild {
+		return c.imageBuild(ctx, req, start)
 	}
 	resp := c.s.do(ctx, req, start)
 	return c.reply(resp) == nil
@@ -417,6 +443,9 @@ func (s *Server) record(ctx context.Context, req api.Request, code string, start
 	e := audit.Entry{Face: audit.FaceLine, DurationUS: d.Microseconds(), Op: req.Op, Tree: req.TreeID, Node: req.NodeID}
 	if e.Node == "" {
 		e.Node = req.SourceID
+	}
+	if strings.HasPrefix(req.Op, "file_") {
+		e.File = req.Path
 	}
 	if code != metrics.CodeOK {
 		e.Code = code
@@ -500,27 +529,70 @@ func (c *conn) watch(ctx context.Context, req api.Request, start time.Time) bool
 func (c *conn) exec(ctx context.Context, req api.Request, start time.Time) bool {
 	x, ok := c.s.cfg.Handler.(Execer)
 	if !ok {
-		c.s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, api.CodeNotSupported, time.Since(start))
+		c.s.record(ctx, req, api.CodeNotSupported, start)
 		return c.reply(errorResponse(api.Errorf(api.ErrNotSupported, "tree_exec: not served here"))) == nil
 	}
 	var werr error
-	out := func(o api.ExecOutput) error {
-		if werr = c.write(api.Response{Status: api.StatusExecOutput, Output: &o}); werr == nil {
-			werr = c.flush()
+	out := c.output(&werr)
+	var exit api.ExecExit
+	var err error
+	if req.Input {
+		// The input lines feed the command's stdin (and a tty's size) as
+		// they come, through a pipe: a command that does not read holds
+		// the client back. The connection ends with the exec: its input
+		// may never reach EOF (a terminal).
+		ix, ok := x.(InputExecer)
+		if !ok {
+			c.s.record(ctx, req, api.CodeNotSupported, start)
+			return c.reply(errorResponse(api.Errorf(api.ErrNotSupported, "tree_exec: input not served here"))) == nil
 		}
-		return werr
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		pr, pw := io.Pipe()
+		resize := make(chan api.Input)
+		in := &inputReader{c: c, ctx: ctx, resize: resize}
+		c.nc.SetReadDeadline(time.Time{})
+		c.wg.Go(func() {
+			_, err := io.Copy(pw, in)
+			pw.CloseWithError(err)
+		})
+		defer c.nc.Close() // ends the input reader
+		defer pr.Close()
+		exit, err = c.s.callExec(ctx, execFunc(func(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error) {
+			return ix.ExecInput(ctx, req, pr, resize, out)
+		}), req, out)
+		if werr == nil {
+			c.finishExec(ctx, req, exit, err, start)
+		}
+		return false
 	}
-	exit, err := c.s.callExec(ctx, x, req, out)
+	exit, err = c.s.callExec(ctx, x, req, out)
 	if werr != nil {
 		return false
 	}
+	return c.finishExec(ctx, req, exit, err, start)
+}
+
+// execFunc is an Execer made of a function.
+type execFunc func(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error)
+
+func (f execFunc) Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error) {
+	return f(ctx, req, out)
+}
+
+// finishExec writes an exec's last line and records it.
+func (c *conn) finishExec(ctx context.Context, req api.Request, exit api.ExecExit, err error, start time.Time) bool {
 	resp := api.Response{Status: api.StatusExecExit, TreeID: req.TreeID, NodeID: req.NodeID, Exit: &exit}
 	code := metrics.CodeOK
 	if err != nil {
 		resp = errorResponse(err)
 		code = resp.Code
 	}
-	c.s.cfg.Metrics.Observe(metrics.FaceLine, req.Op, code, time.Since(start))
+	c.s.record(ctx, req, code, start)
+	if req.Input {
+		// The input reader owns br: no peek for pipelined requests.
+		return c.write(resp) == nil && c.flush() == nil
+	}
 	return c.reply(resp) == nil
 }
 
@@ -532,6 +604,43 @@ func (s *Server) callExec(ctx context.Context, x Execer, req api.Request, out fu
 		}
 	}()
 	return x.Exec(ctx, req, out)
+}
+
+// imageBuild streams an image_build's progress lines, then its reply.
+func (c *conn) imageBuild(ctx context.Context, req api.Request, start time.Time) bool {
+	b, ok := c.s.cfg.Handler.(ImageBuilder)
+	if !ok {
+		c.s.record(ctx, req, api.CodeNotSupported, start)
+		return c.reply(errorResponse(api.Errorf(api.ErrNotSupported, "image_build: not served here"))) == nil
+	}
+	var werr error
+	progress := func(line string) error {
+		if werr == nil {
+			if werr = c.write(api.Response{Status: api.StatusImageProgress, Progress: line}); werr == nil {
+				werr = c.flush()
+			}
+		}
+		return werr
+	}
+	resp, err := func() (resp api.Response, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				c.s.log.Error("lineapi: image_build panic", "panic", p, "stack", string(debug.Stack()))
+				err = api.Errorf(api.ErrInternal, "image_build: the daemon failed serving this request")
+			}
+		}()
+		return b.BuildImage(ctx, req, progress)
+	}()
+	code := metrics.CodeOK
+	if err != nil {
+		resp = errorResponse(err)
+		code = resp.Code
+	}
+	c.s.record(ctx, req, code, start)
+	if werr != nil {
+		return false
+	}
+	return c.reply(resp) == nil
 }
 
 // reply writes resp, flushing unless another complete request is already

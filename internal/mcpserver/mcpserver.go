@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -45,9 +46,6 @@ const (
 // Config configures New. Handler is required.
 type Config struct {
 	Handler Handler
-	// Sandbox serves exec and the files tools; nil answers them
-	// not_supported.
-	Sandbox Sandbox
 	// Version is reported in the initialize reply.
 	Version string
 	// Logger logs recovered panics; nil discards.
@@ -153,6 +151,24 @@ func (s *Server) call(ctx context.Context, req api.Request) (resp api.Response, 
 	return s.cfg.Handler.Do(access.WithCred(ctx, s.self), req)
 }
 
+// observe runs a streamed verb (exec, a file's read) as call runs Do:
+// checked as the server, counted, a panic recovered.
+func (s *Server) observe(ctx context.Context, op string, fn func(ctx context.Context) error) (err error) {
+	start := time.Now()
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("mcpserver: handler panic", "op", op, "panic", p, "stack", string(debug.Stack()))
+			err = api.Errorf(api.ErrInternal, "%s: the daemon failed serving this request", op)
+		}
+		code := metrics.CodeOK
+		if err != nil && !errors.Is(err, errEnough) {
+			code = api.Code(err)
+		}
+		s.cfg.Metrics.Observe(metrics.FaceMCP, op, code, time.Since(start))
+	}()
+	return fn(access.WithCred(ctx, s.self))
+}
+
 // toolError is a verb's failure as a tool reports it.
 type toolError struct {
 	code string
@@ -173,7 +189,7 @@ func asToolError(err error) error {
 
 // notSupported is the error of a tool no backend serves here.
 func notSupported(tool string) error {
-	return &toolError{code: CodeNotSupported, err: fmt.Errorf("%s needs a sandbox backend (jail or vm); this daemon's trees have the dir backend, which serves files only through the node's path", tool)}
+	return &toolError{code: CodeNotSupported, err: fmt.Errorf("%s: this server's handler does not stream it (the daemon's and the socket's do)", tool)}
 }
 
 // codeMeta copies a tool error's code into the result's _meta, so a client
@@ -209,6 +225,16 @@ type Socket struct{ Client *client.Client }
 // Do sends one request over the socket.
 func (h Socket) Do(ctx context.Context, req api.Request) (api.Response, error) {
 	return h.Client.Do(ctx, req)
+}
+
+// Exec runs a command over the socket, its output streamed.
+func (h Socket) Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error) {
+	return h.Client.Exec(ctx, req, out)
+}
+
+// ReadFile reads a node's file over the socket, in chunks.
+func (h Socket) ReadFile(ctx context.Context, treeID, nodeID, path string, w io.Writer) (api.FileInfo, error) {
+	return h.Client.ReadFile(ctx, treeID, nodeID, path, w)
 }
 
 // Watch opens a watch over the socket.

@@ -20,10 +20,17 @@ import (
 	"github.com/arbor-dev/arbor/client"
 	"github.com/arbor-dev/arbor/internal/daemon"
 	"github.com/arbor-dev/arbor/internal/daemontest"
+	"github.com/arbor-dev/arbor/internal/jail"
+	"github.com/arbor-dev/arbor/internal/jailbackend"
 	"github.com/arbor-dev/arbor/internal/mcpserver"
 )
 
 const token = daemontest.Token
+
+func TestMain(m *testing.M) {
+	jail.Main() // a sandbox's init is a re-exec of this binary
+	os.Exit(m.Run())
+}
 
 func startDaemon(t *testing.T) daemontest.Daemon { return daemontest.Start(t, true) }
 
@@ -311,22 +318,34 @@ func scriptedAgent(t *testing.T, d daemontest.Daemon, i int, name string, connec
 	for _, id := range losers {
 		a.call("abort", map[string]any{"tree_id": tree.TreeID, "node_id": id}, nil)
 	}
-	// exec and the files tools wait for the sandbox seam.
-	node := map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root}
-	for name, args := range map[string]map[string]any{
-		"exec":       {"argv": []string{"true"}},
-		"read_file":  {"path": "main.go"},
-		"write_file": {"path": "x", "content": "y"},
-		"list_files": {"path": ""},
-	} {
-		maps := map[string]any{}
-		for k, v := range node {
-			maps[k] = v
+	// The files tools on the dir tree's root (the commit wrote
+	// strategy.txt); exec needs a sandbox backend.
+	root := map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root}
+	with := func(m map[string]any, kv ...any) map[string]any {
+		out := map[string]any{}
+		for k, v := range m {
+			out[k] = v
 		}
-		for k, v := range args {
-			maps[k] = v
+		for i := 0; i < len(kv); i += 2 {
+			out[kv[i].(string)] = kv[i+1]
 		}
-		a.fail(name, maps, mcpserver.CodeNotSupported)
+		return out
+	}
+	var rf mcpserver.ReadFileOut
+	a.call("read_file", with(root, "path", "strategy.txt"), &rf)
+	if rf.Content != "rewrite\n" || rf.Size != 8 || rf.Truncated {
+		t.Errorf("read_file strategy.txt: %+v", rf)
+	}
+	a.call("write_file", with(root, "path", "notes/todo.md", "content", "- ship\n"), nil)
+	var ls mcpserver.ListFilesOut
+	a.call("list_files", with(root, "path", "notes"), &ls)
+	if len(ls.Entries) != 1 || ls.Entries[0].Name != "todo.md" || ls.Entries[0].Size != 7 {
+		t.Errorf("list_files notes: %+v", ls)
+	}
+	a.fail("read_file", with(root, "path", "../../../etc/passwd"), api.CodeNotFound)
+	a.fail("exec", with(root, "argv", []string{"true"}), mcpserver.CodeNotSupported)
+	if jailbackend.Available() == nil {
+		jailAgent(t, a, d, name, i, with)
 	}
 	var trees mcpserver.TreesOut
 	a.call("list_trees", map[string]any{}, &trees)
@@ -336,6 +355,46 @@ func scriptedAgent(t *testing.T, d daemontest.Daemon, i int, name string, connec
 	if err := cs.Unsubscribe(t.Context(), &mcp.UnsubscribeParams{URI: uri}); err != nil {
 		t.Errorf("unsubscribe: %v", err)
 	}
+}
+
+// jailAgent is the agent on a jail tree: it writes a script in a child
+// node, runs it there (its output in the node's /tmp), and reads and lists
+// what it made.
+func jailAgent(t *testing.T, a agent, d daemontest.Daemon, name string, i int, with func(map[string]any, ...any) map[string]any) {
+	base := filepath.Join(d.Base, name+"-jail")
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var tree mcpserver.CreateTreeOut
+	a.call("create_tree", map[string]any{"base": base, "tree_id": fmt.Sprintf("jail%d", i), "backend": "jail"}, &tree)
+	var fork mcpserver.ForkOut
+	a.call("fork", map[string]any{"tree_id": tree.TreeID, "node_id": tree.Root, "labels": []string{"try"}}, &fork)
+	child := map[string]any{"tree_id": tree.TreeID, "node_id": fork.Forks[0].NodeID}
+	a.call("write_file", with(child, "path", "src/run.sh", "content", "echo \"hello $1\" | tee /tmp/out; echo warn >&2; exit 3\n"), nil)
+	var x mcpserver.ExecOut
+	a.call("exec", with(child, "argv", []string{"sh", "run.sh", "agent"}, "cwd", "/workspace/src"), &x)
+	if x.Stdout != "hello agent\n" || x.Stderr != "warn\n" || x.ExitCode != 3 {
+		t.Errorf("exec in a jail node: %+v", x)
+	}
+	a.call("exec", with(child, "argv", []string{"cat"}, "stdin", "piped"), &x)
+	if x.Stdout != "piped" {
+		t.Errorf("exec with stdin: %+v", x)
+	}
+	a.call("exec", with(child, "argv", []string{"sleep", "5"}, "timeout_seconds", 1), &x)
+	if x.Signal != "KILL" {
+		t.Errorf("exec past its timeout: %+v", x)
+	}
+	var rf mcpserver.ReadFileOut
+	a.call("read_file", with(child, "path", "/tmp/out"), &rf)
+	if rf.Content != "hello agent\n" {
+		t.Errorf("read_file /tmp/out: %+v", rf)
+	}
+	var ls mcpserver.ListFilesOut
+	a.call("list_files", with(child, "path", "/workspace/src"), &ls)
+	if len(ls.Entries) != 1 || ls.Entries[0].Name != "run.sh" {
+		t.Errorf("list_files /workspace/src: %+v", ls)
+	}
+	a.call("abort", child, nil)
 }
 
 // waitUpdate waits for a resources/updated of uri and drains the rest of

@@ -2,7 +2,13 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
+	"io"
 	"io/fs"
+	"maps"
+	"path"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -10,23 +16,19 @@ import (
 	"github.com/arbor-dev/arbor/api"
 )
 
-// Sandbox serves exec and the files tools on a node: the verbs the
-// backend seam (issue 10) and the process sandbox (issue 11) add to the
-// engine, as these tools will call them. Config.Sandbox is nil until they
-// land, and those tools answer not_supported. Errors wrap api sentinels,
-// like Handler's (a dir-backend tree's exec answers not_supported too).
-type Sandbox interface {
-	// Exec runs argv in the node's sandbox and collects its output, each
-	// stream bounded to its last MaxOutputBytes.
-	Exec(ctx context.Context, treeID, nodeID string, req ExecIn) (ExecOut, error)
-	// ReadFile reads at most maxBytes of a file of the node (path relative
-	// to the node's root, resolved inside it).
-	ReadFile(ctx context.Context, treeID, nodeID, path string, maxBytes int64) (ReadFileOut, error)
-	// WriteFile replaces a file of the node atomically.
-	WriteFile(ctx context.Context, treeID, nodeID, path string, data []byte, mode fs.FileMode) error
-	// ListFiles lists a directory of the node.
-	ListFiles(ctx context.Context, treeID, nodeID, dir string) ([]FileEntry, error)
-}
+// Execer and FileReader are what a Handler serves besides Do for exec
+// and read_file (the daemon's router does; Socket does over the socket):
+// exec streams output, read_file reads a file in chunks. A Handler without
+// them answers those tools not_supported. The other files tools are verbs
+// through Do (file_stat, file_write, file_mkdir, file_list).
+type (
+	Execer interface {
+		Exec(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (api.ExecExit, error)
+	}
+	FileReader interface {
+		ReadFile(ctx context.Context, treeID, nodeID, path string, w io.Writer) (api.FileInfo, error)
+	}
+)
 
 // Bounds of exec and read_file.
 const (
@@ -101,9 +103,10 @@ type ListFilesOut struct {
 
 func (s *Server) addSandboxTools(ro, mutating *mcp.ToolAnnotations) {
 	tool(s, &mcp.Tool{Name: "exec", Annotations: mutating,
-		Description: "Run a command in a live node's sandbox and return its exit code and output (the last max_output_bytes of each stream). Needs a tree with a sandbox backend; a dir-backend tree answers not_supported (use the node's path on the host instead)."},
+		Description: "Run a command in a live node's sandbox and return its exit code and output (the last max_output_bytes of each stream). Needs a tree with a sandbox backend (jail); a dir-backend tree answers not_supported (use the node's path on the host instead)."},
 		func(ctx context.Context, in ExecIn) (ExecOut, error) {
-			if s.cfg.Sandbox == nil {
+			x, ok := s.cfg.Handler.(Execer)
+			if !ok {
 				return ExecOut{}, notSupported("exec")
 			}
 			if len(in.Argv) == 0 || in.Argv[0] == "" {
@@ -112,29 +115,68 @@ func (s *Server) addSandboxTools(ro, mutating *mcp.ToolAnnotations) {
 			if in.TimeoutSeconds < 0 || in.MaxOutputBytes < 0 {
 				return ExecOut{}, api.Errorf(api.ErrBadRequest, "exec: negative timeout_seconds or max_output_bytes")
 			}
-			in.TimeoutSeconds = int(bound(time.Duration(in.TimeoutSeconds)*time.Second, DefaultExecTimeout, MaxExecTimeout) / time.Second)
-			in.MaxOutputBytes = bound(in.MaxOutputBytes, DefaultMaxOutputBytes, MaxOutputBytes)
-			ctx, cancel := context.WithTimeout(ctx, time.Duration(in.TimeoutSeconds)*time.Second+5*time.Second)
+			cwd, err := workspaceRel(in.Cwd)
+			if err != nil {
+				return ExecOut{}, err
+			}
+			timeout := bound(time.Duration(in.TimeoutSeconds)*time.Second, DefaultExecTimeout, MaxExecTimeout)
+			req := api.Request{Op: api.OpTreeExec, TreeID: in.TreeID, NodeID: in.NodeID, Argv: in.Argv, Cwd: cwd,
+				TimeoutNS: int64(timeout), Stdin: []byte(in.Stdin)}
+			for _, k := range slices.Sorted(maps.Keys(in.Env)) {
+				req.Env = append(req.Env, k+"="+in.Env[k])
+			}
+			ctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
 			defer cancel()
-			return s.cfg.Sandbox.Exec(ctx, in.TreeID, in.NodeID, in)
+			c := api.Collector{Max: int(bound(in.MaxOutputBytes, DefaultMaxOutputBytes, MaxOutputBytes))}
+			var exit api.ExecExit
+			err = s.observe(ctx, req.Op, func(ctx context.Context) (err error) {
+				exit, err = x.Exec(ctx, req, func(o api.ExecOutput) error {
+					c.Add(o)
+					return nil
+				})
+				return err
+			})
+			if err != nil {
+				return ExecOut{}, err
+			}
+			r := c.Result(exit)
+			stdout, stderr := c.Bytes()
+			return ExecOut{Stdout: string(stdout), Stderr: string(stderr), ExitCode: r.ExitCode, Signal: r.Signal, DurationNS: r.DurationNS, Truncated: r.Truncated}, nil
 		})
 	tool(s, &mcp.Tool{Name: "read_file", Annotations: ro,
-		Description: "Read a file of a node as text (at most max_bytes)."},
+		Description: "Read a file of a node as text (at most max_bytes from its start). A jail node's files are under /workspace (a relative path is too), its /tmp at /tmp."},
 		func(ctx context.Context, in FileIn) (ReadFileOut, error) {
-			if s.cfg.Sandbox == nil {
+			fr, ok := s.cfg.Handler.(FileReader)
+			if !ok {
 				return ReadFileOut{}, notSupported("read_file")
 			}
 			if in.MaxBytes < 0 {
 				return ReadFileOut{}, api.Errorf(api.ErrBadRequest, "read_file: negative max_bytes")
 			}
-			return s.cfg.Sandbox.ReadFile(ctx, in.TreeID, in.NodeID, in.Path, bound(in.MaxBytes, DefaultMaxReadBytes, MaxReadBytes))
+			max := bound(in.MaxBytes, DefaultMaxReadBytes, MaxReadBytes)
+			w := &capped{max: max}
+			var fi api.FileInfo
+			err := s.observe(ctx, api.OpFileRead, func(ctx context.Context) (err error) {
+				fi, err = fr.ReadFile(ctx, in.TreeID, in.NodeID, in.Path, w)
+				return err
+			})
+			if err != nil && !errors.Is(err, errEnough) {
+				return ReadFileOut{}, err
+			}
+			size := fi.Size
+			if w.over {
+				// Cut short: the size is the file's, asked for.
+				st, err := s.call(ctx, api.Request{Op: api.OpFileStat, TreeID: in.TreeID, NodeID: in.NodeID, Path: in.Path})
+				if err != nil {
+					return ReadFileOut{}, err
+				}
+				size = st.File.Size
+			}
+			return ReadFileOut{Content: w.b.String(), Size: size, Truncated: w.over}, nil
 		})
 	tool(s, &mcp.Tool{Name: "write_file", Annotations: mutating,
-		Description: "Write a file of a live node (replaced atomically)."},
+		Description: "Write a file of a live node (replaced atomically; missing parent directories are made)."},
 		func(ctx context.Context, in WriteFileIn) (WriteFileOut, error) {
-			if s.cfg.Sandbox == nil {
-				return WriteFileOut{}, notSupported("write_file")
-			}
 			mode := fs.FileMode(in.Mode)
 			if mode == 0 {
 				mode = 0o644
@@ -142,18 +184,65 @@ func (s *Server) addSandboxTools(ro, mutating *mcp.ToolAnnotations) {
 			if mode&^fs.ModePerm != 0 {
 				return WriteFileOut{}, api.Errorf(api.ErrBadRequest, "write_file: mode %#o has bits beyond permissions", in.Mode)
 			}
-			err := s.cfg.Sandbox.WriteFile(ctx, in.TreeID, in.NodeID, in.Path, []byte(in.Content), mode)
+			if dir := path.Dir(path.Clean("/" + in.Path)); dir != "/" {
+				if _, err := s.call(ctx, api.Request{Op: api.OpFileMkdir, TreeID: in.TreeID, NodeID: in.NodeID, Path: dir, Parents: true}); err != nil {
+					return WriteFileOut{}, err
+				}
+			}
+			_, err := s.call(ctx, api.Request{Op: api.OpFileWrite, TreeID: in.TreeID, NodeID: in.NodeID, Path: in.Path,
+				Data: []byte(in.Content), Mode: uint32(mode)})
 			return WriteFileOut{Bytes: len(in.Content)}, err
 		})
 	tool(s, &mcp.Tool{Name: "list_files", Annotations: ro,
-		Description: "List a directory of a node (path relative to the node's root; empty for the root)."},
+		Description: "List a directory of a node (empty for the top of its files)."},
 		func(ctx context.Context, in FileIn) (ListFilesOut, error) {
-			if s.cfg.Sandbox == nil {
-				return ListFilesOut{}, notSupported("list_files")
+			r, err := s.call(ctx, api.Request{Op: api.OpFileList, TreeID: in.TreeID, NodeID: in.NodeID, Path: in.Path})
+			if err != nil {
+				return ListFilesOut{}, err
 			}
-			es, err := s.cfg.Sandbox.ListFiles(ctx, in.TreeID, in.NodeID, in.Path)
-			return ListFilesOut{Entries: nonNil(es)}, err
+			out := ListFilesOut{Entries: []FileEntry{}}
+			for _, e := range r.Entries {
+				out.Entries = append(out.Entries, FileEntry{Name: e.Name, Kind: e.Type, Size: e.Size, Mode: e.Mode})
+			}
+			return out, nil
 		})
+}
+
+// workspaceRel is exec's cwd as the verb takes it: relative to the node's
+// files (/workspace in a jail).
+func workspaceRel(cwd string) (string, error) {
+	if cwd == "" || !path.IsAbs(cwd) {
+		return cwd, nil
+	}
+	c := path.Clean(cwd)
+	if c == "/workspace" {
+		return "", nil
+	}
+	if rel, ok := strings.CutPrefix(c, "/workspace/"); ok {
+		return rel, nil
+	}
+	return "", api.Errorf(api.ErrBadRequest, "exec: cwd %q is outside /workspace (the node's files)", cwd)
+}
+
+// errEnough ends a read at max_bytes.
+var errEnough = errors.New("read enough")
+
+// capped keeps the first max bytes written to it, then fails.
+type capped struct {
+	b    strings.Builder
+	max  int64
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	room := c.max - int64(c.b.Len())
+	if int64(len(p)) > room {
+		c.b.Write(p[:room])
+		c.over = true
+		return int(room), errEnough
+	}
+	c.b.Write(p)
+	return len(p), nil
 }
 
 // bound gives v its default when zero and caps it at most.

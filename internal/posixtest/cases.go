@@ -18,6 +18,9 @@ func (s *suite) cases() []Case {
 		s.fsCases(),
 		s.inodeCases(),
 		s.permCases(),
+		s.umaskCases(),
+		s.nameCases(),
+		s.setidCases(),
 	} {
 		all = append(all, group...)
 	}

@@ -109,6 +109,24 @@
 //     listable but not searchable; owner and mode kept across copy-up. Each
 //     starts with positive controls, so a filesystem refusing uid 65534
 //     everything fails rather than passes.
+//   - umask: with umask 0, 002, 022 and 077 (set on a thread of the test's
+//     own, CLONE_FS unshared), mkdir, a sticky mkdir, O_CREAT (and the new
+//     descriptor's fstat), mkfifo and mknod give the asked mode without
+//     exactly the umask's bits; in a setgid directory a new directory
+//     inherits setgid and the group, a new file the group (umask_*).
+//   - Long names and paths: a name of 255 bytes for every call that takes
+//     one (create, mkdir, mkfifo, mknod, symlink, link, rename from and to,
+//     truncate, chmod, chown, utimensat, lstat, unlink, rmdir), 256 bytes
+//     ENAMETOOLONG for each; lower names of 255 bytes read, copied up,
+//     renamed, deleted and made again; paths of PATH_MAX - 1 bytes for the
+//     same calls and PATH_MAX ENAMETOOLONG, also a lower one; work relative
+//     to a directory descriptor more than 8 KiB down (names_*, path_*).
+//   - setuid/setgid: cleared by a write, ftruncate, truncate or O_TRUNC of
+//     uid 65534 (setgid of a file not group-executable only outside its
+//     group), never by an open alone (also opened for writing and closed),
+//     kept for root (CAP_FSETID); a setuid file created by uid 65534 keeps
+//     the bit until its first write; on lower files too; chown by root
+//     clears setuid and a group-executable setgid (setid_*).
 //   - statfs/fstatfs (sane counts, 255-byte names, ENAMETOOLONG), fsync,
 //     fdatasync (also on O_RDONLY fds and a directory), sync_file_range,
 //     syncfs.

@@ -82,7 +82,7 @@ func TestAbortDuringWrites(t *testing.T) {
 	if got := f.read(f.br("sib"), "a"); got != "a0" {
 		t.Errorf("sibling reads a = %q", got)
 	}
-	staleOps(t, f.s, c)
+	goneOps(t, f.s, c)
 	f.reopen()
 	for _, d := range f.layerDirs() {
 		if d == fmt.Sprint(c.head().id) {
@@ -167,7 +167,7 @@ func TestGoneHandles(t *testing.T) {
 	}
 	f.commit("committed", false)
 	for _, b := range []*Branch{ab, cm} {
-		staleOps(t, f.s, b)
+		goneOps(t, f.s, b)
 		if err := writeErr(f.s, b, "late", "late"); !errors.Is(err, syscall.ESTALE) {
 			t.Errorf("write through the %s handle: %v", b.Name, err)
 		}

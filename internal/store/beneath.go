@@ -46,6 +46,21 @@ func openBeneath(root int, rel string, flags int, mode uint32) (int, error) {
 	if rel == "" {
 		rel = "."
 	}
+	if len(rel) >= pathChunk {
+		// Longer than one syscall takes (PATH_MAX): walk to a directory
+		// part of the way down, and on from there. The walk stays beneath
+		// root: rel is clean (no ".."), and no symlink is followed.
+		i := strings.LastIndexByte(rel[:pathChunk], '/')
+		if i <= 0 {
+			return -1, unix.ENAMETOOLONG // a component longer than any name
+		}
+		dir, err := openBeneath(root, rel[:i], unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return -1, err
+		}
+		defer unix.Close(dir)
+		return openBeneath(dir, rel[i+1:], flags, mode)
+	}
 	how := unix.OpenHow{Flags: uint64(flags&openFlags | unix.O_CLOEXEC | unix.O_NOFOLLOW), Resolve: beneath}
 	if flags&(unix.O_CREAT|unix.O_TMPFILE) != 0 {
 		how.Mode = uint64(mode)
@@ -60,6 +75,9 @@ func openBeneath(root int, rel string, flags int, mode uint32) (int, error) {
 		return fd, err
 	}
 }
+
+// pathChunk bounds the paths given to one openat2: PATH_MAX with its NUL.
+const pathChunk = unix.PathMax - 1
 
 // at maps a real path the store made to the root it lies beneath and the
 // path below that root ("" for the root itself). A path beneath neither is

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -49,11 +50,26 @@ type CommitResult struct {
 // changes path by path; the child answers ESTALE (its files are moving into
 // the base: read them in main) and every other branch is stale already.
 func (s *Store) Commit(child string, durable bool) (CommitResult, error) {
+	return s.commit(child, durable, false)
+}
+
+// CommitOver is Commit into a parent other than main that takes child's
+// view whatever the parent did since child's fork: the parent's own
+// changes since are dropped, not a reason to refuse. It is for state that
+// follows its winner whole (the jail backend's /tmp: after a commit the
+// parent's /tmp is the child's), where first-commit-wins would refuse a
+// commit whose files already committed. O(1) like a commit into a branch;
+// a parent that is main is refused (api.ErrBadRequest).
+func (s *Store) CommitOver(child string, durable bool) (CommitResult, error) {
+	return s.commit(child, durable, true)
+}
+
+func (s *Store) commit(child string, durable, over bool) (CommitResult, error) {
 	if child == Main {
 		return CommitResult{}, api.Errorf(api.ErrBadRequest, "commit: main has no parent")
 	}
 	s.mu.Lock()
-	res, m, err := s.commitLocked(child, durable)
+	res, m, err := s.commitLocked(child, durable, over)
 	if m != nil {
 		s.applies.Add(1)
 	}
@@ -75,8 +91,8 @@ type mainCommit struct {
 }
 
 // commitLocked is Commit under s.mu: a commit into a branch is done; one
-// into main is decided and returned for applyMain.
-func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCommit, error) {
+// into main is decided and returned for applyMain. over is CommitOver's.
+func (s *Store) commitLocked(child string, durable, over bool) (CommitResult, *mainCommit, error) {
 	s.dirsChanged()
 	c, err := s.branch(child)
 	if err != nil {
@@ -92,6 +108,9 @@ func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCom
 	}
 	if c.stale {
 		return CommitResult{}, nil, api.Errorf(api.ErrStale, "commit %s: the branch is stale (a sibling committed first); abort it", child)
+	}
+	if err := s.checkResolved(c); err != nil {
+		return CommitResult{}, nil, err
 	}
 	if len(c.kids) > 0 {
 		// Commit is leaf-only (as in BranchFS and the engine's trees): the
@@ -114,7 +133,10 @@ func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCom
 	if err := s.busyMain(p); err != nil {
 		return CommitResult{}, nil, fmt.Errorf("commit %s: %w", child, err)
 	}
-	if s.changedSince(p, c) {
+	if over && p.Name == Main {
+		return CommitResult{}, nil, api.Errorf(api.ErrBadRequest, "commit %s over its parent: the parent is main", child)
+	}
+	if !over && s.changedSince(p, c) {
 		return CommitResult{}, nil, api.Errorf(api.ErrStale, "commit %s: %s changed since %s was forked (first commit wins); abort it", child, p.Name, child)
 	}
 	res := CommitResult{Parent: p.Name}
@@ -141,14 +163,16 @@ func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCom
 			return CommitResult{}, nil, fmt.Errorf("commit %s: %w", child, err)
 		}
 		c.gone = true
-		s.publishCommit(p.Name, c.Name, ownPaths(c), res.Stale)
-		// p holds c's chain now, c nothing, the stale ones nothing.
+		paths := ownPaths(c)
+		if over {
+			paths = nil // what the parent changed since goes too: all of it may differ
+		}
+		s.publishCommit(p.Name, c.Name, paths, res.Stale)
+		// p holds c's chain now, c nothing; the stale ones keep theirs
+		// until they are aborted.
 		s.hold(p)
 		freed := s.releaseLayers(refLayersOf(oldChain, p.snap), nil)
 		freed = s.release(c, freed)
-		for _, d := range stale {
-			freed = s.release(d, freed)
-		}
 		if durable {
 			if err := s.db.Sync(); err != nil {
 				s.unlink(c)
@@ -173,6 +197,12 @@ func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCom
 	// The journal and the siblings' staleness in one transaction: from here
 	// on the commit is decided, and no other branch may read a base that
 	// is half changed.
+	var snaps []*layer // the snapshots the branches made stale read
+	for _, d := range stale {
+		if d.snap != nil && !slices.Contains(snaps, d.snap) {
+			snaps = append(snaps, d.snap)
+		}
+	}
 	for _, d := range stale {
 		d.stale = true
 	}
@@ -182,15 +212,81 @@ func (s *Store) commitLocked(child string, durable bool) (CommitResult, *mainCom
 		}
 		return CommitResult{}, nil, fmt.Errorf("commit %s: journal: %w", child, err)
 	}
-	var freed []*layer
-	for _, d := range stale {
-		freed = s.release(d, freed)
+	// The branches made stale keep their view of main as it was (they can
+	// be read, diffed and rebased): what the commit is about to change is
+	// preserved into their snapshots first. The commit is decided already
+	// and must go on: a failure here (or a crash, after which the journal
+	// is replayed) leaves the stale branches main's new state for the paths
+	// not kept, which is said in the log; the commit's own promise holds.
+	if err := s.preserveFor(snaps, ops); err != nil {
+		s.log.Warn("commit: the stale branches' view of main not kept whole", "child", c.Name, "err", err)
 	}
-	s.free(freed)
 	s.pending = &journal{Child: c.Name, Ops: ops}
 	c.committing = true
 	s.applying = true
 	return res, &mainCommit{c: c, ops: ops, stale: res.Stale, sync: durable}, nil
+}
+
+// preserveFor keeps, in the snapshots snaps, main's current state of every
+// path ops will change. A file the commit replaces or deletes whole is
+// kept by a hard link (the commit only takes its name away); one whose
+// metadata alone changes, by a metadata-only copy (its data stays where it
+// is); one written in place (a hard-linked file), by a copy; a directory,
+// as preserve keeps it.
+func (s *Store) preserveFor(snaps []*layer, ops []op) error {
+	if len(snaps) == 0 {
+		return nil
+	}
+	for _, o := range ops {
+		if o.Path == "" {
+			continue
+		}
+		real := s.base + "/" + o.Path
+		var st unix.Stat_t
+		if s.Lstat(real, &st) != nil {
+			// The commit adds it: hidden from the snapshots (a whiteout).
+			if err := s.preserveInto(snaps, o.Path, false); err != nil {
+				return err
+			}
+			continue
+		}
+		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+		if isDir {
+			if err := s.preserveInto(snaps, o.Path, o.Kind == "delete"); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, l := range snaps {
+			if s.covered(l, o.Path, false) {
+				continue
+			}
+			if err := s.ensureParentIn(l, o.Path); err != nil {
+				return err
+			}
+			dst := l.real(o.Path)
+			var err error
+			switch {
+			case o.Kind == "meta":
+				if err = s.copyEmpty(real, dst, &st); err == nil {
+					err = s.Setxattr(dst, metaXattr, []byte("1"), 0)
+				}
+			case (o.Kind == "replace" || o.Kind == "delete") && st.Nlink == 1 && len(s.writers[real]) == 0:
+				err = s.link(real, dst) // no writer of main's can change it after
+			default:
+				err = s.copyNode(real, dst, &st)
+			}
+			if err != nil {
+				return err
+			}
+			s.setIno(dst, st.Ino)
+			s.put(l, o.Path, kFile, false, st.Ino)
+			if o.Kind == "meta" {
+				s.setMeta(l, o.Path)
+			}
+		}
+	}
+	return nil
 }
 
 // applyMain applies a decided commit into main to the base, without the
@@ -307,9 +403,6 @@ func (s *Store) finishMain(child string) error {
 		c.gone = true
 		freed = s.release(c, freed)
 	}
-	for _, b := range stale {
-		freed = s.release(b, freed)
-	}
 	if c := s.branches[child]; c != nil {
 		s.unlink(c)
 	}
@@ -394,7 +487,22 @@ func (s *Store) plan(c *Branch) ([]op, error) {
 					}
 				}
 			}
+		case res.Data != "" && res.DataDepth == 0:
+			// A metadata-only copy-up of a base file: its metadata goes
+			// onto the base's file, its data stays as it is.
+			ops = append(ops, op{Kind: "meta", Path: p, Src: res.Real})
+			done[p] = true
 		default:
+			if res.Data != "" {
+				// Metadata only, over data of a layer above the base: the
+				// base needs the data too (a whole copy in the child's head).
+				if _, err := s.copyUpWith(c, p, false, nil); err != nil {
+					return nil, err
+				}
+				if res, err = s.resolve(c, p, len(c.chain)); err != nil {
+					return nil, err
+				}
+			}
 			kind := "replace"
 			if res.Nlink > 1 && res.Ino != 0 {
 				// The copy of a hard-linked base file: write it into the
@@ -472,6 +580,14 @@ func (s *Store) apply(ops []op, durable bool) (moved [][2]string, err error) {
 				continue // moved already
 			}
 			moved = append(moved, [2]string{o.Src, dst})
+		case "meta":
+			var st unix.Stat_t
+			if err := s.Lstat(o.Src, &st); err != nil {
+				return moved, err
+			}
+			if err := s.copyMetaExact(o.Src, dst, &st); err != nil {
+				return moved, err
+			}
 		case "inplace":
 			var st unix.Stat_t
 			if err := s.Lstat(o.Src, &st); err != nil {

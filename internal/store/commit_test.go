@@ -78,6 +78,16 @@ func TestFirstCommitWins(t *testing.T) {
 						t.Errorf("%s: loser %s is not stale", when, name)
 					}
 					staleOps(t, f.s, b)
+					// The loser's own work reads as it wrote it.
+					if got := f.read(b, "who"); got != name {
+						t.Errorf("%s: stale %s reads who = %q, want its own %q", when, name, got, name)
+					}
+					// Its view is its own, whole: the winner's own/NAME does
+					// not show (into main too: what the commit changed was
+					// kept in the losers' snapshots).
+					if got := f.ls(b, "own"); got != name {
+						t.Errorf("%s: stale %s lists own = %q, want its own %q", when, name, got, name)
+					}
 					if _, err := f.s.Commit(name, false); !errors.Is(err, api.ErrStale) {
 						t.Errorf("%s: commit of stale %s = %v", when, name, err)
 					}
@@ -104,18 +114,45 @@ func TestFirstCommitWins(t *testing.T) {
 	}
 }
 
-// staleOps checks that every path operation on b fails with ESTALE.
+// staleOps checks that a stale branch reads (its work can be rescued) and
+// that every change to it fails with ESTALE.
 func staleOps(t *testing.T, s *Store, b *Branch) {
+	t.Helper()
+	if _, err := s.Resolve(b, "a"); err != nil {
+		t.Errorf("resolve on stale %s: %v, want its view", b.Name, err)
+	}
+	if _, err := s.ReadDir(b, ""); err != nil {
+		t.Errorf("readdir on stale %s: %v, want its view", b.Name, err)
+	}
+	if _, err := s.Diff(b.Name); err != nil {
+		t.Errorf("diff of stale %s: %v, want its changes", b.Name, err)
+	}
+	refusedChanges(t, s, b)
+}
+
+// goneOps checks that every path operation on b, committed or aborted,
+// fails with ESTALE.
+func goneOps(t *testing.T, s *Store, b *Branch) {
+	t.Helper()
+	if _, err := s.Resolve(b, "a"); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("resolve on gone %s: %v, want ESTALE", b.Name, err)
+	}
+	if _, err := s.ReadDir(b, ""); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("readdir on gone %s: %v, want ESTALE", b.Name, err)
+	}
+	refusedChanges(t, s, b)
+}
+
+// refusedChanges checks that every change to b fails with ESTALE.
+func refusedChanges(t *testing.T, s *Store, b *Branch) {
 	t.Helper()
 	mk := func(int, string) error { t.Errorf("%s: mk called on a stale branch", b.Name); return nil }
 	ops := map[string]func() error{
-		"resolve": func() error { _, err := s.Resolve(b, "a"); return err },
-		"readdir": func() error { _, err := s.ReadDir(b, ""); return err },
-		"copyup":  func() error { _, err := s.CopyUp(b, "a"); return err },
-		"create":  func() error { return s.Create(b, "newfile", false, mk) },
-		"remove":  func() error { return s.Remove(b, "a", false) },
-		"rename":  func() error { return s.Rename(b, "a", "a2", 0) },
-		"link":    func() error { return s.Link(b, "a", "a2") },
+		"copyup": func() error { _, err := s.CopyUp(b, "a"); return err },
+		"create": func() error { return s.Create(b, "newfile", false, mk) },
+		"remove": func() error { return s.Remove(b, "a", false) },
+		"rename": func() error { return s.Rename(b, "a", "a2", 0) },
+		"link":   func() error { return s.Link(b, "a", "a2") },
 	}
 	for name, op := range ops {
 		if err := op(); !errors.Is(err, syscall.ESTALE) {
@@ -320,5 +357,55 @@ func TestNameReuse(t *testing.T) {
 	}
 	if got := f.s.Branches(); len(got) != 1 || got[0].Name != Main {
 		t.Errorf("after aborting the new c: %v, want only main", got)
+	}
+}
+
+// TestCommitOver: CommitOver makes the parent's view the child's even
+// after the parent changed since the fork (its own changes go), makes the
+// siblings stale like Commit, writes nothing into the base,
+// survives a reopen, and refuses a parent that is main.
+func TestCommitOver(t *testing.T) {
+	f := newFixture(t, isoBase)
+	f.fork(Main, "p")
+	f.write(f.br("p"), "old", "before the fork")
+	f.fork("p", "c", "sib")
+	f.write(f.br("c"), "cfile", "mine")
+	f.rm(f.br("c"), "old")
+	f.write(f.br("p"), "late", "the parent after the fork")
+	f.write(f.br("p"), "cfile", "the parent's own")
+	if _, err := f.s.Commit("c", true); !errors.Is(err, api.ErrStale) {
+		t.Fatalf("Commit over a changed parent: %v, want ErrStale", err)
+	}
+	res, err := f.s.CommitOver("c", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Parent != "p" || len(res.Stale) != 1 || res.Stale[0] != "sib" {
+		t.Fatalf("CommitOver result %+v, want parent p and sib stale", res)
+	}
+	check := func() {
+		t.Helper()
+		p := f.br("p")
+		for rel, want := range map[string]string{"cfile": "mine", "old": "ENOENT", "late": "ENOENT", "a": isoBase["a"]} {
+			if got := f.read(p, rel); got != want {
+				t.Errorf("p reads %s = %q, want %q", rel, got, want)
+			}
+		}
+		if _, err := f.s.Branch("c"); !errors.Is(err, api.ErrNotFound) {
+			t.Errorf("c after CommitOver: %v, want it gone", err)
+		}
+		if !f.s.IsStale(f.br("sib")) {
+			t.Errorf("sib is not stale")
+		}
+		if got := f.baseRead("cfile"); got != "ENOENT" {
+			t.Errorf("CommitOver wrote the base: %q", got)
+		}
+	}
+	check()
+	f.reopen()
+	check()
+	f.fork(Main, "q")
+	if _, err := f.s.CommitOver("q", true); !errors.Is(err, api.ErrBadRequest) {
+		t.Fatalf("CommitOver into main: %v, want ErrBadRequest", err)
 	}
 }

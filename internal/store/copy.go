@@ -44,6 +44,49 @@ func (s *Store) copyMeta(src, dst string, st *unix.Stat_t) error {
 	return unix.UtimesNanoAt(unix.AT_FDCWD, dp, []unix.Timespec{st.Atim, st.Mtim}, 0)
 }
 
+// copyMetaExact is copyMeta that also removes the extended attributes dst
+// has and src has not (the store's own aside): dst ends with src's
+// metadata exactly. It is idempotent (a commit's journal replays it).
+func (s *Store) copyMetaExact(src, dst string, st *unix.Stat_t) error {
+	names := func(real string) (map[string]bool, error) {
+		out := map[string]bool{}
+		sz, err := s.Listxattr(real, nil)
+		if errors.Is(err, unix.ENOTSUP) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		buf := make([]byte, sz+256)
+		n, err := s.Listxattr(real, buf)
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range strings.Split(string(buf[:n]), "\x00") {
+			if name != "" && !strings.HasPrefix(name, "user.arbor.") {
+				out[name] = true
+			}
+		}
+		return out, nil
+	}
+	have, err := names(dst)
+	if err != nil {
+		return err
+	}
+	want, err := names(src)
+	if err != nil {
+		return err
+	}
+	for name := range have {
+		if !want[name] {
+			if err := s.Removexattr(dst, name); err != nil && !errors.Is(err, unix.ENODATA) {
+				return err
+			}
+		}
+	}
+	return s.copyMeta(src, dst, st)
+}
+
 // procPath is the path of descriptor fd: /proc/self/fd/N reaches its inode
 // itself, a symlink's included, whatever its name names by then.
 func procPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
@@ -74,7 +117,7 @@ func copyXattrs(sp, dp, src, dst string) error {
 		break
 	}
 	for _, name := range strings.Split(string(names), "\x00") {
-		if name == "" || name == inoXattr {
+		if name == "" || name == inoXattr || name == metaXattr {
 			continue
 		}
 		val, err := getXattr(sp, name)
@@ -194,20 +237,38 @@ func (s *Store) setIno(p string, ino uint64) {
 
 var tmpSeq atomic.Uint64
 
+// emptyAside makes an empty copy of the regular file src (its metadata,
+// no data) in tmpDir, for moveOut.
+func (s *Store) emptyAside(src string, st *unix.Stat_t) (string, error) {
+	if err := os.MkdirAll(s.tmpDir(), 0o700); err != nil {
+		return "", err
+	}
+	tmp := filepath.Join(s.tmpDir(), fmt.Sprintf("%d-%d", os.Getpid(), tmpSeq.Add(1)))
+	if err := s.copyEmpty(src, tmp, st); err != nil {
+		return "", err
+	}
+	return tmp, nil
+}
+
 // moveOut moves the file at src to dst and leaves a copy of it at src, so
 // that descriptors open on src's inode follow it to dst. src is never
 // missing, not even after a crash in the middle: the copy is made aside in
-// tmpDir and swapped in with RENAME_EXCHANGE before the original moves. The
-// caller holds Store.mu exclusively.
-func (s *Store) moveOut(src, dst string, st *unix.Stat_t) error {
-	tmpDir := s.tmpDir()
-	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
-		return err
-	}
-	tmp := filepath.Join(tmpDir, fmt.Sprintf("%d-%d", os.Getpid(), tmpSeq.Add(1)))
-	if err := s.copyNode(src, tmp, st); err != nil {
-		s.removeAll(tmp)
-		return err
+// tmpDir and swapped in with RENAME_EXCHANGE before the original moves.
+// made, if not "", is that copy made already (outside the lock, by
+// prepareCopyUp): moveOut takes it over. The caller holds Store.mu
+// exclusively.
+func (s *Store) moveOut(src, dst string, st *unix.Stat_t, made string) error {
+	tmp := made
+	if tmp == "" {
+		tmpDir := s.tmpDir()
+		if err := os.MkdirAll(tmpDir, 0o700); err != nil {
+			return err
+		}
+		tmp = filepath.Join(tmpDir, fmt.Sprintf("%d-%d", os.Getpid(), tmpSeq.Add(1)))
+		if err := s.copyNode(src, tmp, st); err != nil {
+			s.removeAll(tmp)
+			return err
+		}
 	}
 	if err := s.rename(tmp, src, unix.RENAME_EXCHANGE); err != nil {
 		s.removeAll(tmp)

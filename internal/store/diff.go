@@ -24,6 +24,7 @@ const (
 type Change struct {
 	Kind string
 	Path string
+	Meta bool // modified: its metadata only (its data is the fork point's)
 }
 
 // Diff lists the paths the branch added, modified or deleted since its fork
@@ -50,11 +51,12 @@ func (s *Store) Diff(name string) ([]Change, error) {
 		then, terr := s.resolve(b, p, b.forkDepth)
 		switch {
 		case nerr == nil && terr != nil:
-			out = append(out, Change{Added, p})
+			out = append(out, Change{Kind: Added, Path: p})
 		case nerr != nil && terr == nil:
-			out = append(out, Change{Deleted, p})
+			out = append(out, Change{Kind: Deleted, Path: p})
 		case nerr == nil && now.Depth > b.forkDepth && (now.Kind != kDir || then.Kind != kDir):
-			out = append(out, Change{Modified, p})
+			meta := now.Data != "" && now.DataDepth <= b.forkDepth
+			out = append(out, Change{Kind: Modified, Path: p, Meta: meta})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
@@ -62,7 +64,8 @@ func (s *Store) Diff(name string) ([]Change, error) {
 }
 
 // forked is the branch name, which must have a fork point to diff
-// against and not be stale. The caller holds s.mu.
+// against (a stale branch has one: its work can be rescued). The caller
+// holds s.mu.
 func (s *Store) forked(name string) (*Branch, error) {
 	b, err := s.branch(name)
 	switch {
@@ -70,8 +73,6 @@ func (s *Store) forked(name string) (*Branch, error) {
 		return nil, err
 	case b.Name == Main:
 		return nil, api.Errorf(api.ErrBadRequest, "main has no fork point")
-	case b.stale:
-		return nil, api.Errorf(api.ErrStale, "the branch is stale")
 	}
 	return b, nil
 }
@@ -185,7 +186,7 @@ func (s *Store) openSides(name, rel string, vs [2]*Version, fds *[2]int) error {
 		if st.Mode&unix.S_IFMT != unix.S_IFREG {
 			continue // a symlink (not followed), a device, a FIFO
 		}
-		fd, err := s.openChecked(res.Real, unix.O_RDONLY|unix.O_CLOEXEC, &st, false)
+		fd, err := s.openChecked(res.DataReal(), unix.O_RDONLY|unix.O_CLOEXEC, &st, false)
 		if err != nil {
 			return err
 		}

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -53,19 +52,8 @@ const DefaultSampleEvery = time.Second
 // limit, and at least 64 MiB.
 func PassthroughRoom(limit int64) int64 { return max(limit/8, 64<<20) }
 
-func allocOf(d fs.DirEntry) int64 {
-	fi, err := d.Info()
-	if err != nil {
-		return 0
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return st.Blocks * 512
-	}
-	return 0
-}
-
-// measure is what rel allocates in layer l (a whiteout or an opaque marker
-// is an empty file: nothing; the layer's own directory, rel "", is counted
+// measure is what rel allocates in layer l (a whiteout, a device node, or
+// an opaque marker, an empty file: nothing; the layer's own directory, rel "", is counted
 // by accountRoot).
 func (s *Store) measure(l *layer, rel string, k kind) int64 {
 	if k == kWhiteout || rel == "" {
@@ -160,7 +148,7 @@ func (s *Store) Held() map[string]int64 {
 	seen := map[*layer]bool{}
 	for _, b := range s.branches {
 		out[b.Name] += 0
-		if b.stale || b.Name == Main {
+		if b.Name == Main {
 			continue
 		}
 		for _, l := range b.chain[b.forkDepth:] {

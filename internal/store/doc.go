@@ -8,10 +8,23 @@
 // base: chain[0] sits on the base (depth 1), chain[len-1] is the branch's
 // head, the only layer it writes. A layer is a directory under
 // <dir>/layers/<id> holding the files the branch changed at their relative
-// paths; a delete is a whiteout file ".wh.NAME" beside the name, an opaque
+// paths; a delete is a whiteout, a character device 0:0 under the deleted
+// name (overlayfs's form: a name of NAME_MAX bytes can be deleted; layers
+// of earlier versions hold empty ".wh.NAME" files, still read), an opaque
 // directory (one that hides everything below it) holds ".wh..wh..opq".
+// Layers are indexed and walked by descriptors, so a path in a layer may be
+// longer than PATH_MAX.
 // A layer's directory is made only at its first write, so an empty head costs
 // nothing on disk.
+//
+// Metacopy. A change of metadata alone (CopyUpMeta: chmod, chown, times,
+// xattrs) of a regular file with one name from a lower layer copies no
+// data: the head gets an empty file with the metadata, marked by the xattr
+// user.arbor.metacopy, and the path's data is what the layers below show
+// at the same path (Res.Data). The first write of data (or a rename, a link)
+// copies it up whole (materialize). Diff reports such a change as
+// metadata only, and a commit into main applies it to the base's file in
+// place (op "meta": its owner, mode, times and xattrs; its data untouched).
 //
 // Fork is O(1) in the size of the base: the parent's head is frozen (it stays
 // in the parent's chain and becomes the bottom of the child's) and both sides
@@ -36,8 +49,13 @@
 // commit into main applies the child's changes to the base directory under a
 // journal in bbolt (written, and fsynced when durable, before the first
 // change; replayed at Open), in time proportional to the change. After a
-// commit every other branch under the parent is stale: its operations fail
-// with ESTALE until it is aborted. Commit is leaf-only (as in BranchFS and in
+// commit every other branch under the parent is stale: its changes fail
+// with ESTALE, but it keeps its layers until it is aborted, so that its work
+// can be read, listed, diffed and replayed onto the new state (Replay,
+// rebase.go). A commit into main first keeps what it will change in the
+// snapshots the stale branches read (preserveFor: a hard link for a file it
+// replaces or deletes, a metadata-only copy for a change of metadata), so
+// their view stays their own. Commit is leaf-only (as in BranchFS and in
 // the engine's trees): a branch with children, live or stale, is refused
 // with api.ErrState and EBUSY naming them, so no descendant's changes are
 // ever dropped or orphaned by its parent's commit.
@@ -48,13 +66,15 @@
 // Locking. Store.mu guards the branch table, the layer index and every layer
 // directory: path operations that only read take it shared, every mutation
 // takes it exclusively. No long copy and no fsync happens under it: a
-// copy-up of a file of 1 MiB or more copies to a temporary name first and
-// is published under the lock with a rename, if its source is unchanged; a
+// copy-up of a file that holds data copies to a temporary name first and
+// is published under the lock with a rename, if its source is unchanged
+// (for main's first write to a file a snapshot shows, that copy is main's
+// new file and the base's inode moves into the snapshot); a
 // commit into main is decided under the lock (planned, journaled, siblings
 // made stale) and applied to the base without it, then recorded under it.
 // So a branch reader sees a commit into a branch all or not at all; main's
 // view changes path by path while a commit into it applies (every other
-// branch is stale by then, and the child answers ESTALE). A commit into
+// branch is stale by then, so read-only, and the child answers ESTALE). A commit into
 // main whose apply fails stays decided: committing the child again finishes
 // it (see Commit).
 //
@@ -81,7 +101,8 @@
 // Sharp edges. The walk beneath the base stops symlinks, not hard links: on
 // a host with fs.protected_hardlinks=0 a base's owner can link a file of
 // root's into the base, and the store then serves and writes that inode.
-// Names beginning ".wh." cannot be created (EINVAL). Renaming a
+// Names beginning ".wh." cannot be created (EINVAL), nor, through a mount,
+// a character device 0:0 (EPERM: it is a whiteout's form). Renaming a
 // directory that came from a lower layer copies its subtree up (overlayfs
 // would need redirect_dir). Writes made to the base directory behind Arbor's
 // back while it is mounted are not isolated. A hard link in a lower layer is

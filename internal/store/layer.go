@@ -1,11 +1,10 @@
 package store
 
 import (
-	"io/fs"
-	"path/filepath"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,6 +14,9 @@ const (
 	opqMarker  = ".wh..wh..opq"
 	inoXattr   = "user.arbor.ino"   // the inode number a copied-up file keeps reporting
 	nlinkXattr = "user.arbor.nlink" // the link count of a hard-linked file it was copied from
+	// metaXattr marks a metadata-only copy-up (metacopy): an empty file
+	// whose metadata is the path's and whose data is the lower file's.
+	metaXattr = "user.arbor.metacopy"
 )
 
 type kind uint8
@@ -63,6 +65,9 @@ type entry struct {
 	kind   kind
 	opaque bool
 	ino    uint64 // for a copied-up file, the inode number it reports
+	// meta: a metadata-only copy-up; the data is what the layers below
+	// show at the same path (see Store.CopyUpMeta).
+	meta bool
 }
 
 func (l *layer) real(rel string) string {
@@ -92,52 +97,103 @@ func joinRel(dir, name string) string {
 	return dir + "/" + name
 }
 
-// indexLayer reads a layer's directory into the index (at Open).
+// indexLayer reads a layer's directory into the index (at Open), walking
+// it by descriptors: a path in a layer may be longer than PATH_MAX.
 func (s *Store) indexLayer(l *layer) error {
-	if !s.exists(l.dir) {
+	fd, err := s.open(l.dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if errors.Is(err, unix.ENOENT) {
 		return nil // empty layer
 	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
 	l.made = true
-	return filepath.WalkDir(l.dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == l.dir {
-			s.accountRoot(l)
-			if s.exists(p + "/" + opqMarker) {
-				s.put(l, "", kDir, true, 0)
-			}
-			return nil
-		}
-		rel := p[len(l.dir)+1:]
-		name := d.Name()
+	s.accountRoot(l)
+	if hasOpaque(fd) {
+		s.put(l, "", kDir, true, 0)
+	}
+	return s.indexDir(l, fd, "")
+}
+
+// hasOpaque reports whether the directory dir holds the opaque marker.
+func hasOpaque(dir int) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(dir, opqMarker, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+}
+
+// indexDir indexes what the directory dir (rel in layer l) holds.
+func (s *Store) indexDir(l *layer, dir int, rel string) error {
+	ents, err := direntsOf(dir, l.real(rel))
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		name := e.name
+		p := joinRel(rel, name)
 		switch {
 		case name == opqMarker:
-			return nil
+			continue
 		case strings.HasPrefix(name, whPrefix):
-			dir, _ := splitRel(rel)
-			s.put(l, joinRel(dir, name[len(whPrefix):]), kWhiteout, false, 0)
-		case d.IsDir():
-			s.putAlloc(l, rel, kDir, s.exists(p+"/"+opqMarker), 0, allocOf(d))
-		default:
-			ino := s.readXattrUint(p, inoXattr)
-			fi, err := d.Info()
-			var alloc int64
-			if err == nil {
-				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-					alloc = st.Blocks * 512
-				}
-				if fi.Mode().IsRegular() {
-					l.bytes += fi.Size()
-				}
+			s.put(l, joinRel(rel, name[len(whPrefix):]), kWhiteout, false, 0) // the older form
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("store: index %s: %w", l.real(p), err)
+		}
+		switch {
+		case isWhiteout(&st):
+			s.put(l, p, kWhiteout, false, 0)
+		case st.Mode&unix.S_IFMT == unix.S_IFDIR:
+			cfd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("store: index %s: %w", l.real(p), err)
 			}
-			s.putAlloc(l, rel, kFile, false, ino, alloc)
-			if nl := s.readXattrUint(p, nlinkXattr); nl > 1 && ino != 0 {
-				s.addLink(l, ino, rel, uint32(nl))
+			s.putAlloc(l, p, kDir, hasOpaque(cfd), 0, st.Blocks*512)
+			err = s.indexDir(l, cfd, p)
+			unix.Close(cfd)
+			if err != nil {
+				return err
+			}
+		default:
+			ino := s.readXattrUint(l.real(p), inoXattr)
+			if st.Mode&unix.S_IFMT == unix.S_IFREG {
+				l.bytes += st.Size
+			}
+			s.putAlloc(l, p, kFile, false, ino, st.Blocks*512)
+			if st.Size == 0 && st.Mode&unix.S_IFMT == unix.S_IFREG && s.readXattrUint(l.real(p), metaXattr) == 1 {
+				s.setMeta(l, p)
+			}
+			if nl := s.readXattrUint(l.real(p), nlinkXattr); nl > 1 && ino != 0 {
+				s.addLink(l, ino, p, uint32(nl))
 			}
 		}
+	}
+	return nil
+}
+
+// A whiteout is a character device 0:0 under the deleted name, as
+// overlayfs makes them (the kernel lets anyone make one): it takes no more
+// of a name than the name itself, so a name of NAME_MAX bytes can be
+// deleted. Layers written before 2026-12 hold the older form, an empty file
+// ".wh.NAME" beside the name; both are read, and removed where found.
+func isWhiteout(st *unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
+}
+
+// removeWhiteout removes the whiteout of rel in layer l, in either form.
+func (s *Store) removeWhiteout(l *layer, rel string) error {
+	real := l.real(rel)
+	var st unix.Stat_t
+	if s.Lstat(real, &st) == nil && isWhiteout(&st) {
+		return s.unlinkPath(real)
+	}
+	err := s.unlinkPath(l.real(whiteoutPath(rel)))
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENAMETOOLONG) {
 		return nil
-	})
+	}
+	return err
 }
 
 func (s *Store) readXattrUint(p, name string) uint64 {
@@ -183,7 +239,7 @@ func (s *Store) putAlloc(l *layer, rel string, k kind, opaque bool, ino uint64, 
 	es := s.index[rel]
 	for i := range es {
 		if es[i].l == l {
-			es[i].kind, es[i].opaque, es[i].ino = k, opaque, ino
+			es[i].kind, es[i].opaque, es[i].ino, es[i].meta = k, opaque, ino, false
 			return
 		}
 	}
@@ -220,6 +276,16 @@ func (s *Store) dropTree(l *layer, rel string) {
 	for p := range l.paths {
 		if rel == "" || strings.HasPrefix(p, prefix) {
 			s.drop(l, p)
+		}
+	}
+}
+
+// setMeta marks rel's entry in layer l a metadata-only copy-up.
+func (s *Store) setMeta(l *layer, rel string) {
+	es := s.index[rel]
+	for i := range es {
+		if es[i].l == l {
+			es[i].meta = true
 		}
 	}
 }

@@ -5,16 +5,14 @@ import "fmt"
 // checkRefs recomputes every layer's reference count from the branches and
 // compares: a count too low would free a layer in use, one too high would
 // keep a dropped layer until the next Open. Every layer still indexed must
-// be held by some live branch, and every held layer must be indexed. It also
+// be held by some branch (a stale one keeps its layers until aborted), and
+// every held layer must be indexed. It also
 // checks each branch's children list against the branches' parent names.
 func (s *Store) checkRefs() error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	want := map[*layer]int{}
 	for _, b := range s.branches {
-		if b.stale {
-			continue
-		}
 		for _, l := range b.refLayers() {
 			want[l]++
 		}
@@ -29,7 +27,7 @@ func (s *Store) checkRefs() error {
 	}
 	for id, l := range s.layers {
 		if want[l] == 0 {
-			return fmt.Errorf("layer %d (refs %d) is held by no live branch but still indexed", id, l.refs)
+			return fmt.Errorf("layer %d (refs %d) is held by no branch but still indexed", id, l.refs)
 		}
 	}
 	// The children lists agree with the parents' names.

@@ -17,7 +17,23 @@ type Res struct {
 	Ino   uint64 // the inode number to report (0: the real file's)
 	Lower bool   // a branch other than main sees it below its head: a write copies it up
 	Nlink uint32 // for the copy of a hard-linked lower file, the lower file's link count
-	cut   int    // for a directory: the depth below which its content is hidden
+	// Data, for a metadata-only copy-up (Real holds the metadata), is the
+	// real file that holds the data, from the layer at depth DataDepth.
+	Data      string
+	DataDepth int
+	cut       int // for a directory: the depth below which its content is hidden
+
+	// Writer is the count of a descriptor OpenFile opened for writing
+	// (nil otherwise), for CloseWrite.
+	Writer *Writer
+}
+
+// DataReal is the real path to read rel's data at.
+func (r Res) DataReal() string {
+	if r.Data != "" {
+		return r.Data
+	}
+	return r.Real
 }
 
 // IsDir reports whether the path is a directory.
@@ -111,7 +127,9 @@ var errLazyBase = errors.New("store: a layer below a base path")
 // opens the path with no symlink followed, which checks what the lstats
 // would have, in one syscall (OpenRead).
 func (s *Store) resolveStat(b *Branch, rel string, max int, out *unix.Stat_t, lazy bool) (Res, bool, error) {
-	if b.stale || b.gone || b.committing {
+	// A stale branch is read (its work can be rescued: read, listed,
+	// diffed, until it is aborted); writableBranch refuses its changes.
+	if b.gone || b.committing {
 		return Res{}, false, syscall.ESTALE
 	}
 	res := Res{Real: s.base, Kind: kDir}
@@ -176,6 +194,17 @@ func (s *Store) resolveStat(b *Branch, rel string, max int, out *unix.Stat_t, la
 		}
 		if j < 0 {
 			res.Lower = len(b.chain) > 0 && res.Depth < len(b.chain)
+			if ok && best.meta {
+				// The data is what the layers below show at this path.
+				d, err := s.resolve(b, rel, best.l.depth-1)
+				if err != nil {
+					return Res{}, false, err
+				}
+				res.Data, res.DataDepth, res.Lower = d.DataReal(), d.Depth, true
+				if d.Data != "" {
+					res.DataDepth = d.DataDepth
+				}
+			}
 			return res, statted, nil
 		}
 		if res.Kind != kDir {
@@ -217,7 +246,24 @@ func (s *Store) ResolveStat(b *Branch, rel string, st *unix.Stat_t) (Res, error)
 	if err != nil || ok {
 		return res, err
 	}
-	return res, s.Lstat(res.Real, st)
+	if err := s.Lstat(res.Real, st); err != nil {
+		return res, err
+	}
+	return res, s.dataStat(res, st)
+}
+
+// dataStat puts the size and the blocks of a metadata-only copy-up's data
+// into st, the lstat of its metadata.
+func (s *Store) dataStat(res Res, st *unix.Stat_t) error {
+	if res.Data == "" {
+		return nil
+	}
+	var dst unix.Stat_t
+	if err := s.Lstat(res.Data, &dst); err != nil {
+		return err
+	}
+	st.Size, st.Blocks = dst.Size, dst.Blocks
+	return nil
 }
 
 // DirEntry is one name in a merged directory listing.
@@ -304,6 +350,14 @@ func (s *Store) readDir(b *Branch, rel string, max int) ([]DirEntry, error) {
 		}
 		for _, e := range ents {
 			n := e.name
+			if pt.d > 0 && (e.typ == unix.DT_CHR || e.typ == unix.DT_UNKNOWN) {
+				if en, ok := s.get(layerAt(b, pt.d), joinRel(rel, n)); ok && en.kind == kWhiteout {
+					if seen != nil {
+						seen[n] = true
+					}
+					continue
+				}
+			}
 			if pt.d > 0 && strings.HasPrefix(n, whPrefix) {
 				if n != opqMarker && seen != nil {
 					seen[n[len(whPrefix):]] = true

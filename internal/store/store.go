@@ -47,7 +47,7 @@ type Store struct {
 	branches  map[string]*Branch
 	layers    map[uint64]*layer
 	index     map[string][]entry // relative path -> the layers that hold it
-	writers   map[string]int     // real path -> descriptors open for writing on it
+	writers   map[string]writing // real path -> descriptors open for writing on it
 	nlinks    int                // link copies in all layers (0: resolve skips the look-up)
 	nextID    uint64
 	markGen   uint64 // the stamp of reclaimLocked's last marking (layer.mark)
@@ -186,7 +186,7 @@ func Open(cfg Config) (s *Store, err error) {
 		return nil, fmt.Errorf("store: open metadata: %w", err)
 	}
 	s = &Store{dir: dir, base: base, baseFd: baseFd, dirFd: dirFd, log: log, db: db,
-		branches: map[string]*Branch{}, layers: map[uint64]*layer{}, index: map[string][]entry{}, writers: map[string]int{}}
+		branches: map[string]*Branch{}, layers: map[uint64]*layer{}, index: map[string][]entry{}, writers: map[string]writing{}}
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err
@@ -285,9 +285,7 @@ func (s *Store) load() error {
 		byID[b.ID] = b
 	}
 	for _, b := range s.branches {
-		if !b.stale {
-			s.hold(b)
-		}
+		s.hold(b)
 		// A parent of the same name made later (after its namesake was
 		// committed or aborted) is not this one's: IDs grow.
 		if p := s.branches[b.Parent]; p != nil && b.Parent != "" && p.ID < b.ID {
@@ -661,7 +659,7 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) error {
 		// in the frozen layer is unchanged too; otherwise the layer changed.
 		prev, wasKept := frozen.kept[rel]
 		stillKept := wasKept && s.sigOf(real) == prev
-		if err := s.moveOut(real, dst, &st); err != nil {
+		if err := s.moveOut(real, dst, &st, ""); err != nil {
 			return fmt.Errorf("keep %s: %w", rel, err)
 		}
 		ino := e.ino
@@ -682,8 +680,7 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) error {
 		if wasKept {
 			s.saveKept(frozen, rel)
 		}
-		s.writers[dst] += s.writers[real]
-		delete(s.writers, real)
+		s.moveWriter(real, dst)
 	}
 	return nil
 }
@@ -833,9 +830,7 @@ func (s *Store) dropLocked(drop []*Branch) error {
 	for _, d := range drop {
 		d.gone = true
 		delete(s.branches, d.Name)
-		if !d.stale {
-			freed = s.release(d, freed)
-		}
+		freed = s.release(d, freed)
 		s.Publish(Event{Branch: d.Name, All: true})
 	}
 	s.free(freed)
@@ -858,8 +853,8 @@ func (s *Store) Subtree(name string) []string {
 	return out
 }
 
-// Layers are reference counted: layer.refs is the number of live branches
-// (not stale, not gone) whose chain or snapshot holds it, kept by hold and
+// Layers are reference counted: layer.refs is the number of branches (not
+// gone; a stale one keeps its layers until it is aborted) whose chain or snapshot holds it, kept by hold and
 // release, so that a commit or an abort frees what it dropped in time of the
 // chains it touched, not of every branch's chain (reclaimLocked, at Open).
 
@@ -919,6 +914,7 @@ func (s *Store) reclaim() {
 	for _, e := range trash {
 		s.removeLater(filepath.Join(s.dir, "trash", e.Name()))
 	}
+	s.forgetConflicts()
 	// Copies a crash left aside in the middle of moveOut.
 	s.removeAll(s.tmpDir())
 	s.reclaimLocked()
@@ -941,9 +937,6 @@ func (s *Store) reclaimLocked() {
 	s.markGen++
 	used := s.markGen
 	for _, b := range s.branches {
-		if b.stale {
-			continue
-		}
 		for _, l := range b.chain {
 			l.mark = used
 		}

@@ -5,11 +5,14 @@
 //
 // ARBOR_TEST_REQUIRE is "all" (every capability; scripts/test.sh sets it)
 // or a comma-separated list of capability names: root, fuse, tmpfs,
-// python3, fuse-overlayfs, overlayfs, chromium, cgroup, qemu. Unset or empty, every missing
+// python3, fuse-overlayfs, overlayfs, chromium, cgroup, mmdebstrap,
+// pasta, qemu. Unset or empty, every missing
 // capability skips.
 package testenv
 
 import (
+	"encoding/hex"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,10 +35,45 @@ const (
 	// Cgroup: a cgroup hierarchy this process can create cgroups in
 	// (cgroup2, or a v1 freezer), for process sandboxes.
 	Cgroup = "cgroup"
+	// Mmdebstrap builds root filesystem images (internal/image); Pasta
+	// gives sandboxes outbound network (passt's pasta).
+	Mmdebstrap = "mmdebstrap"
+	Pasta      = "pasta"
 	// QEMU: qemu-system-x86_64, a guest kernel (linux-image-cloud-amd64)
 	// and a static busybox, for the vm backend.
 	QEMU = "qemu"
 )
+
+// ImageCache is the image store tests that build images share, across
+// packages and runs on one machine (images are cached by the hash of
+// their inputs, so sharing is safe): a test run builds its images once.
+func ImageCache() string {
+	return filepath.Join(os.TempDir(), "arbor-test-images")
+}
+
+// HostGateway is the host's IPv4 default gateway (pasta maps it to the
+// host's loopback inside a sandbox with outbound network); without one it
+// skips t, or fails it when pasta is required.
+func HostGateway(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/route")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 7 && f[1] == "00000000" && f[7] == "00000000" {
+			raw, err := hex.DecodeString(f[2])
+			if err != nil || len(raw) != 4 {
+				t.Fatalf("gateway %q in /proc/net/route", f[2])
+			}
+			// /proc/net/route has the address in host (little-endian) order.
+			return net.IPv4(raw[3], raw[2], raw[1], raw[0]).String()
+		}
+	}
+	Missing(t, Pasta, "the host has no IPv4 default route for pasta to copy")
+	return ""
+}
 
 // Required reports whether ARBOR_TEST_REQUIRE names capability (or is
 // "all").
@@ -97,7 +135,7 @@ func NeedCommand(t testing.TB, capability, program string) {
 
 // Names lists the capabilities ARBOR_TEST_REQUIRE may name.
 func Names() []string {
-	return slices.Clone([]string{Root, FUSE, Tmpfs, Python, FuseOverlayfs, Overlayfs, Chromium, Cgroup, QEMU})
+	return slices.Clone([]string{Root, FUSE, Tmpfs, Python, FuseOverlayfs, Overlayfs, Chromium, Cgroup, Mmdebstrap, Pasta, QEMU})
 }
 
 // NeedQEMU requires what a microVM needs: qemu-system-x86_64, a Debian

@@ -76,7 +76,7 @@ func account(u *api.Usage, n *Node, sign int) {
 // NormalizeBudget fills the zero fields of b from api.DefaultBudget. It fails
 // wrapping api.ErrBadRequest on a negative field.
 func NormalizeBudget(b api.Budget) (api.Budget, error) {
-	if b.MaxLiveNodes < 0 || b.MaxLiveRAMBytes < 0 || b.MaxDiskBytes < 0 {
+	if b.MaxLiveNodes < 0 || b.MaxLiveRAMBytes < 0 || b.MaxDiskBytes < 0 || b.MaxNodeRAMBytes < 0 || b.MaxNodePids < 0 {
 		return b, api.Errorf(api.ErrBadRequest, "budget %+v: negative limit", b)
 	}
 	if b.MaxLiveNodes == 0 {
@@ -87,6 +87,18 @@ func NormalizeBudget(b api.Budget) (api.Budget, error) {
 	}
 	if b.MaxDiskBytes == 0 {
 		b.MaxDiskBytes = api.DefaultBudget.MaxDiskBytes // none: 0 stays "no limit"
+	}
+	switch {
+	case b.MaxNodeRAMBytes == 0:
+		b.MaxNodeRAMBytes = b.MaxLiveRAMBytes
+	case b.MaxNodeRAMBytes > b.MaxLiveRAMBytes:
+		return b, api.Errorf(api.ErrBadRequest, "budget: max_node_ram_bytes %d is over max_live_ram_bytes %d (one node cannot hold more than the tree)", b.MaxNodeRAMBytes, b.MaxLiveRAMBytes)
+	}
+	switch {
+	case b.MaxNodePids == 0:
+		b.MaxNodePids = api.DefaultBudget.MaxNodePids
+	case b.MaxNodePids < api.MinNodePids:
+		return b, api.Errorf(api.ErrBadRequest, "budget: max_node_pids %d is under %d (a sandbox's own init counts)", b.MaxNodePids, api.MinNodePids)
 	}
 	return b, nil
 }

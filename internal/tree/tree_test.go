@@ -468,3 +468,29 @@ func TestStaleRefusesProtect(t *testing.T) {
 		t.Fatalf("prune after unprotect: %v", err)
 	}
 }
+
+// TestNormalizeNodeLimits: a node's RAM defaults to the tree's and may not
+// exceed it; its pids default to DefaultBudget's and are at least
+// api.MinNodePids.
+func TestNormalizeNodeLimits(t *testing.T) {
+	for _, tc := range []struct {
+		in, want api.Budget
+		bad      bool
+	}{
+		{in: api.Budget{}, want: api.Budget{MaxLiveNodes: 8, MaxLiveRAMBytes: 8 << 30, MaxNodeRAMBytes: 8 << 30, MaxNodePids: 4096}},
+		{in: api.Budget{MaxLiveRAMBytes: 1 << 30, MaxNodeRAMBytes: 1 << 20, MaxNodePids: 16},
+			want: api.Budget{MaxLiveNodes: 8, MaxLiveRAMBytes: 1 << 30, MaxNodeRAMBytes: 1 << 20, MaxNodePids: 16}},
+		{in: api.Budget{MaxLiveRAMBytes: 1 << 20, MaxNodeRAMBytes: 1<<20 + 1}, bad: true},
+		{in: api.Budget{MaxNodePids: api.MinNodePids - 1}, bad: true},
+		{in: api.Budget{MaxNodePids: -1}, bad: true},
+		{in: api.Budget{MaxNodeRAMBytes: -1}, bad: true},
+	} {
+		got, err := NormalizeBudget(tc.in)
+		switch {
+		case tc.bad && !errors.Is(err, api.ErrBadRequest):
+			t.Errorf("NormalizeBudget(%+v) = %+v, %v; want bad_request", tc.in, got, err)
+		case !tc.bad && (err != nil || got != tc.want):
+			t.Errorf("NormalizeBudget(%+v) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+}

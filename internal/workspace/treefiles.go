@@ -161,6 +161,7 @@ func (t *TreeFiles) MountView(ctx context.Context, spec engine.ViewSpec) (engine
 	f, err := cowfs.Mount(cowfs.Config{
 		Store: t.st, Mountpoint: mp, MountDir: dir.File(), Branch: spec.Branch, Passthrough: m.cfg.Passthrough, Aborter: m.cfg.Aborter, Logger: m.log,
 		Owner: spec.Owner, FsName: MountSource(m.cfg.Home, t.base), Control: callerControl{spec.Control},
+		NoControl: spec.HideControl,
 	})
 	if err != nil {
 		return nil, err
@@ -249,9 +250,19 @@ func (t *TreeFiles) Diff(branch string) ([]api.Change, error) {
 	}
 	out := make([]api.Change, 0, len(changes))
 	for _, c := range changes {
-		out = append(out, api.Change{Kind: c.Kind, Path: c.Path})
+		out = append(out, api.Change{Kind: c.Kind, Path: c.Path, Meta: c.Meta})
 	}
 	return out, nil
+}
+
+// Replay replays from's changes onto into (store.Replay).
+func (t *TreeFiles) Replay(from, into string) ([]api.Conflict, error) {
+	cs, err := t.st.Replay(from, into)
+	out := make([]api.Conflict, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, api.Conflict{Path: c.Path, Kind: c.Kind, Aside: c.Aside})
+	}
+	return out, err
 }
 
 // DiffFile gives path at branch's fork point and now (store.DiffFile).

@@ -7,9 +7,10 @@ the tests do, and prints medians:
 - a verb round trip (ping, tree_nodes) and a fork_batch of 10: a bare JSON-lines
   client (one socket, json.dumps/loads; and one asyncio stream) against the SDK's
   blocking and asyncio clients, interleaved round by round; the difference is what
-  the SDK adds;
+  the SDK adds (each fork's children are aborted over yet another connection);
 - BestOfN of 8 attempts (each writes a file and scores itself) end to end: the
-  fork_batch, 8 parallel attempts, the commit of the best and 7 aborts.
+  fork_batch, 8 parallel attempts, the commit of the best and 7 aborts;
+- a 64 MiB file written and read back through the files verbs, over both transports.
 
     python3 sdk/python/bench.py [--rounds 2000]
 """
@@ -56,15 +57,43 @@ def timed(fn, n: int) -> list[float]:
     return out
 
 
+def files(d: Daemon, tree: arbor.Tree, mib: int) -> None:
+    """A file of mib MiB written (from a generator) and read back (chunk by chunk) through
+    the daemon's files verbs, over the socket and over HTTP: MB/s, median of 3."""
+    block = os.urandom(1 << 20)
+    kid = tree.root.fork()
+    for transport in ("socket", "http"):
+        c = d.client(transport)
+        node = c.tree(tree.id).node(kid.id)
+        w, r = [], []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            node.files.write("big", (block for _ in range(mib)))
+            w.append(mib * 1.048576 / (time.perf_counter() - t0))
+            t0 = time.perf_counter()
+            n = sum(len(ch) for ch in node.files.read_chunks("big"))
+            r.append(mib * 1.048576 / (time.perf_counter() - t0))
+            assert n == mib << 20
+        print(f"files {mib} MiB over {transport:6s}: write {statistics.median(w):6.0f} MB/s, "
+              f"read {statistics.median(r):6.0f} MB/s (median of 3)")
+        c.close()
+    kid.abort()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--bestofn", type=int, default=20)
+    ap.add_argument("--files-mib", type=int, default=64, help="0: skip the file transfers")
     a = ap.parse_args()
     d = Daemon()
     try:
         raw = Raw(d.socket)
+        # The aborts between forks go over a connection of their own, so that every
+        # client's fork finds its connection as idle as the others' (a connection that has
+        # just answered is served sooner by the daemon).
+        aborts = Raw(d.socket)
         c = arbor.Client(d.socket)
         tree = c.create_tree(d.base({"f": "0"}), budget=arbor.Budget(max_live_nodes=16))
         root = tree.root.id
@@ -74,7 +103,7 @@ def main() -> int:
 
         def abort_all(forks: list[str]) -> None:
             for n in forks:
-                raw.do({"op": "tree_abort", "tree_id": tree.id, "node_id": n})
+                aborts.do({"op": "tree_abort", "tree_id": tree.id, "node_id": n})
 
         async def atimed(fn, n: int) -> list[float]:  # awaited in one running loop
             out = []
@@ -155,6 +184,8 @@ def main() -> int:
             assert o.committed and o.winner.index == 7
         print(f"BestOfN(8) end to end: p50 {statistics.median(e2e) / 1e6:.2f} ms, "
               f"min {min(e2e) / 1e6:.2f} ms, max {max(e2e) / 1e6:.2f} ms over {a.bestofn} runs")
+        if a.files_mib:
+            files(d, tree, a.files_mib)
         aw.close()
         loop.run_until_complete(ac.close())
         loop.close()

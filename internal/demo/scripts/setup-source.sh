@@ -1,7 +1,7 @@
 # setup-source.sh: the source agent's work before the fork, step by step as in
-# forkd's recipes/coding-agent-fork/setup-source.sh. It runs as an ordinary host
-# process whose working directory is the source node's files; PYTHON and
-# VENDORED_BYTES come from the demo.
+# forkd's recipes/coding-agent-fork/setup-source.sh. Its working directory is the
+# source's workspace: /tmp/workspace in the node's sandbox (jail), or the node's
+# files for a host process (dir); PYTHON and VENDORED_BYTES come from the demo.
 set -eu
 : "${PYTHON:=python3}"
 # __pycache__ is part of the evidence: never let the environment turn it off or move it.

@@ -53,6 +53,8 @@ func Run(t *testing.T, open engine.OpenBackend) {
 		{"SuspendResume", false, testSuspendResume},
 		{"RAM", false, testRAM},
 		{"Commit", false, testCommit},
+		{"CommitStaleSiblings", false, testCommitSiblings},
+		{"CommitAfterReopen", false, testCommitReopen},
 		{"CloseStopsAll", false, testClose},
 		{"NoExec", false, testNoExec},
 		{"ExecOutput", true, testExecOutput},
@@ -64,6 +66,8 @@ func Run(t *testing.T, open engine.OpenBackend) {
 		{"SuspendKillsExec", true, testSuspendKills},
 		{"ExecState", true, testExecState},
 		{"ForkPausesSource", true, testForkPauses},
+		{"NodeFiles", false, testNodeFiles},
+		{"Processes", true, testProcesses},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := &env{t: t, ctx: t.Context(), dir: t.TempDir(), base: t.TempDir(), files: t.TempDir(), open: open}
@@ -566,4 +570,84 @@ func testCommit(e *env) {
 		e.t.Fatal(err)
 	}
 	e.wantHeld("n1:live")
+}
+
+// testCommitSiblings: the engine's commit, with siblings: the child
+// suspended, committed, then it and the nodes the commit made stale (a
+// sibling and the sibling's child, the parent stopped before its child)
+// stopped; the parent goes on, live, and forks again; a backend that runs
+// commands runs them in it and in its new child.
+func testCommitSiblings(e *env) {
+	e.start("n1")
+	calls := 0
+	if err := e.b.Fork(e.ctx, "n1", []string{"n2", "n3"}, e.filesFor([]string{"n2", "n3"}, &calls)); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.b.Fork(e.ctx, "n3", []string{"n4"}, e.filesFor([]string{"n4"}, &calls)); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.b.Suspend(e.ctx, "n2"); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.b.Commit(e.ctx, "n2", "n1"); err != nil {
+		e.t.Fatalf("commit: %v", err)
+	}
+	for _, n := range []string{"n2", "n3", "n4"} {
+		if err := e.b.Stop(e.ctx, n); err != nil {
+			e.t.Fatalf("stop %s after the commit: %v", n, err)
+		}
+	}
+	e.wantHeld("n1:live")
+	if err := e.b.Fork(e.ctx, "n1", []string{"n5"}, e.filesFor([]string{"n5"}, &calls)); err != nil {
+		e.t.Fatalf("fork of the parent after a commit: %v", err)
+	}
+	e.wantHeld("n1:live", "n5:live")
+	if !e.b.Caps().Exec {
+		return
+	}
+	for _, n := range []string{"n1", "n5"} {
+		if x, _, err := e.exec(n, engine.Command{Argv: []string{"true"}}); err != nil || x.ExitCode != 0 {
+			e.t.Fatalf("exec in %s after the commit: %+v %v", n, x, err)
+		}
+	}
+}
+
+// testCommitAfterReopen: the engine calls Commit again at the next open
+// when a crash came after the files' commit and before its metadata: with
+// the backend reopened, Commit succeeds (twice), the child stops, and the
+// parent runs again (resumed if held suspended, else started afresh: the
+// Lost rule) and forks.
+func testCommitReopen(e *env) {
+	e.start("n1")
+	calls := 0
+	if err := e.b.Fork(e.ctx, "n1", []string{"n2"}, e.filesFor([]string{"n2"}, &calls)); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.b.Suspend(e.ctx, "n2"); err != nil {
+		e.t.Fatal(err)
+	}
+	b := e.reopen(e.b)
+	for i := range 2 {
+		if err := b.Commit(e.ctx, "n2", "n1"); err != nil {
+			e.t.Fatalf("commit #%d after a reopen: %v", i+1, err)
+		}
+	}
+	if err := b.Stop(e.ctx, "n2"); err != nil {
+		e.t.Fatal(err)
+	}
+	held := e.held()
+	switch {
+	case slices.Equal(held, []string{"n1:suspended"}):
+		if err := b.Resume(e.ctx, "n1", e.path("n1")); err != nil {
+			e.t.Fatalf("resume the parent: %v", err)
+		}
+	case len(held) == 0:
+		e.start("n1")
+	default:
+		e.t.Fatalf("after a reopen, a commit and a stop the backend holds %v, want n1 suspended or nothing", held)
+	}
+	if err := b.Fork(e.ctx, "n1", []string{"n3"}, e.filesFor([]string{"n3"}, &calls)); err != nil {
+		e.t.Fatalf("fork of the parent: %v", err)
+	}
+	e.wantHeld("n1:live", "n3:live")
 }

@@ -10,6 +10,7 @@ closed (the parent still owns those descriptors).
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
@@ -17,11 +18,11 @@ import select
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import _wire
+from . import _verbs, _wire
 from .errors import ArborError, ConnectionLost, DaemonUnavailable, LimitError, Timeout, from_reply
 
 #: Bound of one reply line (a tree_nodes of a very large tree), as the Go client's.
@@ -61,15 +62,25 @@ class _LineConn:
         self.timeout = t
 
     def readline(self) -> bytes:
+        if not self.buf:  # the usual case: one reply, whole in one read
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise EOFError("the daemon closed the connection")
+            if chunk.find(b"\n") == len(chunk) - 1:
+                return chunk[:-1]
+            self.buf += chunk
+        seen = 0  # the buffer's bytes already searched for the newline
         while True:
-            i = self.buf.find(b"\n")
+            i = self.buf.find(b"\n", seen)
             if i >= 0:
                 line = bytes(self.buf[:i])
                 del self.buf[:i + 1]
                 return line
             if len(self.buf) > MAX_REPLY:
                 raise ConnectionLost(f"reply longer than {MAX_REPLY} bytes")
-            chunk = self.sock.recv(65536)
+            seen = len(self.buf)
+            # A long line (a file's chunk, a large tree): bigger reads, fewer calls.
+            chunk = self.sock.recv(1 << 20)
             if not chunk:
                 raise EOFError("the daemon closed the connection")
             self.buf += chunk
@@ -117,6 +128,9 @@ class Stream:
         except StopIteration:
             self.close()
             raise
+        except (socket.timeout, BlockingIOError) as e:  # a stream that keeps its deadline
+            self.close()
+            raise Timeout(f"stream: nothing came within the call's timeout: {e}") from e
         except (OSError, EOFError, ValueError, http.client.HTTPException):
             # The daemon ended the stream (a shutdown), or close() did.
             self.close()
@@ -132,6 +146,38 @@ class Stream:
             self._closer()
 
     def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FileStream:
+    """A file's bytes as they come (file_read), as an iterator of chunks; ``info`` (the
+    file's description) is set once the last chunk came. Never holds the whole file."""
+
+    def __init__(self, chunks: Callable[[FileStream], Iterator[bytes]], closer: Callable[[], None]) -> None:
+        self.info: dict[str, Any] | None = None
+        self._it = chunks(self)
+        self._closer = closer
+        self._closed = False
+
+    def __iter__(self) -> FileStream:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._it)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._closer()
+
+    def __enter__(self) -> FileStream:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -214,15 +260,22 @@ class SocketTransport:
             c.close()
         return self._dial(timeout), False
 
-    def call(self, req: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    def call(self, req: dict[str, Any], timeout: float | None = None,
+             input: Iterable[bytes] | None = None) -> dict[str, Any]:
+        """One request and its reply; ``input`` is data sent after the request as input
+        lines (file_write), chunk by chunk, on a fresh connection (it cannot be sent twice)."""
         op = req["op"]
         t = self.timeout if timeout is None else timeout
         line = _wire.encode_line(req)
         for attempt in (0, 1):
-            c, reused = self._get(t)
+            c, reused = self._get(t) if input is None else (self._dial(t), False)
             try:
                 c.set_timeout(t)
                 c.sock.sendall(line)
+                if input is not None:
+                    for chunk in input:
+                        c.sock.sendall(_verbs.input_line(chunk))
+                    c.sock.sendall(_verbs.INPUT_EOF)
                 reply = _wire.decode_line(c.readline())
             except (socket.timeout, BlockingIOError) as e:
                 c.close()
@@ -239,7 +292,10 @@ class SocketTransport:
             return check(reply, op)
         raise ConnectionLost(f"{op}: connection to arbord at {self.path} lost", op=op)
 
-    def stream(self, req: dict[str, Any], timeout: float | None = None) -> Stream:
+    def stream(self, req: dict[str, Any], timeout: float | None = None, *,
+               keep_deadline: bool = False) -> Stream:
+        """A streaming op: its first reply within the timeout, and each later one too with
+        ``keep_deadline`` (a file's chunks; a watch or a process may pause for any time)."""
         op = req["op"]
         t = self.timeout if timeout is None else timeout
         c = self._dial(t)
@@ -256,7 +312,8 @@ class SocketTransport:
         except BaseException:
             c.close()
             raise
-        c.set_timeout(None)
+        if not keep_deadline:
+            c.set_timeout(None)
 
         def lines() -> Iterator[dict[str, Any]]:
             while True:
@@ -270,9 +327,42 @@ class SocketTransport:
             c.close()
         return Stream(first, lines(), closer)
 
+    def read_file(self, req: dict[str, Any], timeout: float | None = None) -> FileStream:
+        """file_read: its "file_data" lines' chunks, then the last line's."""
+        s = self.stream(req, timeout, keep_deadline=True)
+
+        def chunks(fs: FileStream) -> Iterator[bytes]:
+            fl = _verbs.FileLines()
+            line: dict[str, Any] | None = s.first
+            while line is not None:
+                if data := fl.feed(line):
+                    yield data
+                if fl.info is not None:
+                    fs.info = fl.info
+                    return
+                line = next(s, None)
+            raise ConnectionLost(f"{req['op']}: the stream ended before the file's end", op=req["op"])
+        return FileStream(chunks, s.close)
+
     def close(self) -> None:
         for c in self._pool.drain():
             c.close()
+
+
+def _continued(sock: socket.socket) -> bool:
+    """After a request's head with "Expect: 100-continue": True once the server's interim
+    "100 Continue" came (and was read), False if its final reply came instead (left unread
+    for http.client: the request was refused before its body)."""
+    head = sock.recv(12, socket.MSG_PEEK | socket.MSG_WAITALL)
+    if not head.startswith(b"HTTP/1.1 100"):
+        return False
+    seen = b""
+    while not seen.endswith(b"\r\n\r\n"):  # a few bytes, read one by one: never past them
+        b = sock.recv(1)
+        if not b:
+            raise EOFError("the server closed the connection")
+        seen += b
+    return True
 
 
 class HTTPTransport:
@@ -315,13 +405,27 @@ class HTTPTransport:
         return h
 
     def _send(self, conn: http.client.HTTPConnection, req: dict[str, Any], timeout: float | None,
-              accept: str) -> http.client.HTTPResponse:
+              accept: str, raw: bytes | Iterable[bytes] | None = None) -> http.client.HTTPResponse:
         method, path, body = _wire.http_route(req)
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         conn.timeout = timeout
         if conn.sock is not None:
             conn.sock.settimeout(timeout)
-        conn.request(method, self._prefix + path, body=data, headers=self._headers(data, accept))
+        headers = self._headers(data, accept)
+        if isinstance(raw, bytes):  # a small file_write: its bytes as the body
+            headers["Content-Type"] = "application/octet-stream"
+            conn.request(method, self._prefix + path, body=raw, headers=headers)
+        elif raw is not None:  # file_write: the file's bytes as a chunked body, once the server
+            conn.putrequest(method, self._prefix + path)  # agreed (it refuses a bad one at once)
+            for k, v in {**headers, **_wire.UPLOAD_HEADERS}.items():
+                conn.putheader(k, v)
+            conn.endheaders()
+            if conn.sock is not None and _continued(conn.sock):
+                for chunk in raw:
+                    conn.send(_wire.http_chunk(chunk))
+                conn.send(_wire.http_chunk(b""))
+        else:
+            conn.request(method, self._prefix + path, body=data, headers=headers)
         return conn.getresponse()
 
     def _fail(self, op: str, e: BaseException, t: float | None) -> ArborError:
@@ -340,15 +444,23 @@ class HTTPTransport:
                              "internal", http_status=resp.status, op=op) from None
         return check(reply, op, resp.status)
 
-    def call(self, req: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    def call(self, req: dict[str, Any], timeout: float | None = None,
+             input: Iterable[bytes] | None = None) -> dict[str, Any]:
+        """One request and its reply; ``input`` is file_write's data, sent as the body in
+        chunks on a fresh connection (it cannot be sent twice)."""
         op = req["op"]
         t = self.timeout if timeout is None else timeout
+        raw: bytes | Iterable[bytes] | None = input
+        if input is None and op == "file_write":
+            raw = base64.b64decode(req.get("data_b64") or "")
+            if len(raw) > _wire.SMALL_BODY:
+                raw = _verbs.chunks(raw)
         for attempt in (0, 1):
-            conn = self._idle_conn()
+            conn = self._idle_conn() if raw is None or isinstance(raw, bytes) else None
             reused = conn is not None
             conn = conn or self._new(t)
             try:
-                resp = self._send(conn, req, t, "application/json")
+                resp = self._send(conn, req, t, "application/json", raw)
                 data = resp.read()
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
@@ -357,8 +469,8 @@ class HTTPTransport:
                 if reused and attempt == 0 and op in _wire.READ_ONLY and not isinstance(e, socket.timeout):
                     continue
                 raise self._fail(op, e, t) from e
-            if resp.will_close:
-                conn.close()
+            if resp.will_close or not (raw is None or isinstance(raw, bytes)):
+                conn.close()  # (a streamed upload's connection: its body may not have been sent)
             else:
                 self._pool.put(conn, http.client.HTTPConnection.close)
             return self._reply(op, resp, data)
@@ -418,6 +530,33 @@ class HTTPTransport:
                     pass
             conn.close()
         return Stream(first, it, closer)
+
+    def read_file(self, req: dict[str, Any], timeout: float | None = None) -> FileStream:
+        """file_read: GET .../files/{path}, whose body is the file (described in headers)."""
+        op = req["op"]
+        t = self.timeout if timeout is None else timeout
+        conn = self._new(t)
+        try:
+            resp = self._send(conn, req, t, "application/octet-stream")
+            if resp.status >= 300:
+                self._reply(op, resp, resp.read())  # raises the error reply
+                raise ArborError(f"{op}: HTTP {resp.status}", "internal", http_status=resp.status, op=op)
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise self._fail(op, e, t) from e
+        except BaseException:
+            conn.close()
+            raise
+        info = _verbs.file_info(str(req.get("path") or ""), {k.lower(): v for k, v in resp.getheaders()})
+
+        def chunks(fs: FileStream) -> Iterator[bytes]:
+            try:
+                while data := resp.read1(1 << 20):
+                    yield data
+            except (OSError, http.client.HTTPException) as e:  # a transfer the daemon cut
+                raise self._fail(op, e, t) from e
+            fs.info = info
+        return FileStream(chunks, conn.close)
 
     def close(self) -> None:
         for c in self._pool.drain():

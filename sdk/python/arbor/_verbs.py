@@ -4,12 +4,13 @@ asyncio objects (whose methods are one line over these)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import IO, Any, Union
 
-from .errors import ArborError, BadRequestError
-from .types import Budget, ExecResult, FileInfo, Output, wire_bytes
+from .errors import ArborError, BadRequestError, from_reply
+from .types import Budget, ExecResult, FileInfo, Output, ProcessInfo, wire_bytes
 
 Req = dict[str, Any]
 
@@ -57,15 +58,19 @@ def tree(op: str, tree_id: str | None) -> Req:
 
 
 def exec_req(tree_id: str, node_id: str, argv: Sequence[str] | str, cwd: str | None,
-             env: Mapping[str, str] | None, timeout: float | None, detach: bool = False) -> Req:
+             env: Mapping[str, str] | None, timeout: float | None, detach: bool = False,
+             stdin: bytes | str | None = None) -> Req:
     if isinstance(argv, str):
         argv = ["/bin/sh", "-c", argv]
     if not argv:
         raise BadRequestError("exec: argv must not be empty", op="exec")
-    # tree_exec (api/api.go): env as KEY=VALUE strings, the timeout in ns.
+    if isinstance(stdin, str):
+        stdin = stdin.encode()
+    # tree_exec (api/api.go): env as KEY=VALUE strings, the timeout in ns, stdin in base64.
     return {"op": "tree_exec", "tree_id": tree_id, "node_id": node_id, "argv": [str(a) for a in argv],
             "cwd": cwd, "env": [f"{k}={v}" for k, v in env.items()] if env else None,
-            "timeout_ns": int(timeout * 1e9) if timeout else None, "detach": detach or None}
+            "timeout_ns": int(timeout * 1e9) if timeout else None, "detach": detach or None,
+            "stdin": base64.b64encode(stdin).decode() if stdin else None}
 
 
 def exec_timeout(call_timeout: float | None, timeout: float | None) -> float | None:
@@ -84,16 +89,24 @@ class ExecCollector:
         self.out: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
         self.result: ExecResult | None = None
         self.process_id: str | None = None
+        #: The stream's last line came (an exit, or exec_logs' end of a process still running).
+        self.ended = False
 
     def feed(self, line: Req) -> Output | None:
-        """Take one line; returns the output chunk it carried, if any."""
+        """Take one line; returns the output chunk it carried, if any. An error line (the
+        daemon's last, in place of the exit) raises its typed error."""
+        if line.get("status") == "error":
+            raise from_reply(line, op=str(line.get("op") or "tree_exec"))
         if line.get("process_id"):
             self.process_id = str(line["process_id"])
+        if line.get("status") == "exec_logs":
+            self.ended = True
         # The daemon's tree_exec stream: {"status": "tree_exec_output", "output":
         # {"stream", "data" (base64)}} lines, then {"status": "tree_exec_exit",
         # "exit": {"exit_code", "signal", "duration_ns"}}.
         if isinstance(line.get("exit"), dict):
             self.result = ExecResult.of(line["exit"], b"".join(self.out["stdout"]), b"".join(self.out["stderr"]))
+            self.ended = True
             return None
         if isinstance(line.get("output"), dict):
             o = line["output"]
@@ -105,6 +118,7 @@ class ExecCollector:
                 self.result = ExecResult.of(line)
             else:
                 self.result = ExecResult.of(line, b"".join(self.out["stdout"]), b"".join(self.out["stderr"]))
+            self.ended = True
             return None
         stream = line.get("stream")
         if stream in self.out:
@@ -125,10 +139,112 @@ def file_req(op: str, tree_id: str, node_id: str, path: str, **kw: Any) -> Req:
     return {"op": op, "tree_id": tree_id, "node_id": node_id, "path": path, **kw}
 
 
-def file_write(tree_id: str, node_id: str, path: str, data: bytes | str, mode: int | None) -> Req:
-    raw = data.encode() if isinstance(data, str) else bytes(data)
-    return file_req("file_write", tree_id, node_id, path,
-                    data_b64=base64.b64encode(raw).decode(), mode=mode)
+#: The most data one input line or one file_read line carries (api.MaxInputChunk): its
+#: base64 stays well under the daemon's 1 MiB line limit.
+MAX_CHUNK = 512 << 10
+
+#: What a file's new content may be given as: bytes, text (UTF-8), a binary file object
+#: (read in chunks), or an iterable of byte strings.
+Data = Union[bytes, bytearray, memoryview, str, IO[bytes], Iterable[bytes]]
+
+
+def chunks(data: Data, size: int = MAX_CHUNK) -> Iterator[bytes]:
+    """data as pieces of at most size bytes, read as they are needed (never whole)."""
+    if isinstance(data, str):
+        data = data.encode()
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        mv = memoryview(data)
+        for i in range(0, len(mv), size):
+            yield bytes(mv[i:i + size])
+        return
+    read = getattr(data, "read", None)
+    if read is not None:
+        while b := read(size):
+            yield bytes(b)
+        return
+    for piece in data:
+        mv = memoryview(piece)
+        for i in range(0, len(mv), size):
+            yield bytes(mv[i:i + size])
+
+
+def processes(reply: Req) -> list[ProcessInfo]:
+    return [ProcessInfo.of(p) for p in reply.get("process_list") or ()]
+
+
+def small(data: Data) -> bytes | None:
+    """data itself when it fits in the request line (one round trip), else None."""
+    if isinstance(data, str):
+        b = data.encode()
+        return b if len(b) <= MAX_CHUNK else None
+    if isinstance(data, (bytes, bytearray, memoryview)) and len(data) <= MAX_CHUNK:
+        return bytes(data)
+    return None
+
+
+def input_line(chunk: bytes) -> bytes:
+    """One api.Input line carrying chunk (the socket face's file_write data)."""
+    return b'{"data":"' + base64.b64encode(chunk) + b'"}\n'
+
+
+#: The api.Input line that ends the data.
+INPUT_EOF = b'{"eof":true}\n'
+
+
+def file_write(tree_id: str, node_id: str, path: str, mode: int | None, inline: bytes | None = None) -> Req:
+    """file_write with its data in the request (inline) or following it as input lines."""
+    if inline is not None:
+        return file_req("file_write", tree_id, node_id, path, data_b64=base64.b64encode(inline).decode(),
+                        mode=mode)
+    return file_req("file_write", tree_id, node_id, path, mode=mode, input=True)
+
+
+class FileLines:
+    """Reads file_read's reply lines: "file_data" chunks, then one "file_read" line with
+    the last chunk and the file's description (``info``)."""
+
+    def __init__(self) -> None:
+        self.info: dict[str, Any] | None = None
+
+    def feed(self, line: Req) -> bytes:
+        if line.get("status") == "error":  # the daemon's last line, in place of the end
+            raise from_reply(line, op="file_read")
+        if line.get("status") == "file_read":
+            self.info = line.get("file") or {}
+        elif line.get("status") != "file_data":
+            raise ArborError(f"file_read: unexpected reply {line.get('status')!r}", "internal", op="file_read")
+        return wire_bytes(line, "data")
+
+
+@contextlib.contextmanager
+def saving(dest: str | os.PathLike[str] | IO[bytes]) -> Iterator[Callable[[bytes], Any]]:
+    """A write function into a binary file object, or into a local path through a
+    temporary file renamed over it only once the block ends without an error."""
+    if not isinstance(dest, (str, os.PathLike)):
+        yield dest.write
+        return
+    final = os.fspath(dest)
+    tmp = f"{final}.arbor-{os.getpid()}-{id(dest):x}.part"
+    try:
+        with open(tmp, "wb") as f:
+            yield f.write
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def file_info(path: str, headers: Mapping[str, str]) -> dict[str, Any]:
+    """A file's description from the headers of GET .../files/{path} (the HTTP face)."""
+    def num(h: str, base: int = 10) -> int:
+        try:
+            return int(headers.get(h, "") or "0", base)
+        except ValueError:
+            return 0
+    return {"name": os.path.basename(path.rstrip("/")), "path": path, "type": "file",
+            "size": num("x-arbor-file-size"), "mode": num("x-arbor-file-mode", 8),
+            "mtime_unix_ns": num("x-arbor-file-mtime")}
 
 
 def file_list(reply: Req) -> list[FileInfo]:

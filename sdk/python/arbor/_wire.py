@@ -7,15 +7,17 @@ The socket face takes the request object as one JSON line (``op`` in,
 resources (internal/httpapi/routes.go); :func:`http_route` maps a request to
 its method, path and body exactly as the Go client does (client/http.go).
 
-The process verbs (``exec``, ``file_*``) follow issue 11's description of the
-sandbox API; they are not served by a daemon without that backend, and
-:func:`arbor.errors.from_reply` reads such a daemon's refusal as
-NotSupportedError.
+The files verbs (``file_*``) are served on every backend; exec and the background
+processes (``tree_exec``, ``exec_*``) where the backend runs processes (jail, vm).
+A daemon without them answers NotSupportedError (:func:`arbor.errors.from_reply`).
+file_read's reply and file_write's data stream in chunks: ``file_data`` lines and
+input lines over the socket, a raw body over HTTP.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
 from typing import Any
 from urllib.parse import quote
 
@@ -26,7 +28,19 @@ READ_ONLY = frozenset({"ping", "tree_nodes", "tree_list", "ws_list", "ws_diff", 
                        "file_read", "file_list", "file_stat", "exec_list", "exec_logs"})
 
 #: Ops whose socket reply is a stream of lines (ended by the daemon or by closing).
-STREAMS = frozenset({"tree_watch", "tree_exec"})
+STREAMS = frozenset({"tree_watch", "tree_exec", "exec_logs", "file_read"})
+
+#: Ops whose HTTP body is the file's raw bytes (file_read's reply, file_write's request).
+RAW = frozenset({"file_read", "file_write"})
+
+#: A file_write body up to this size is sent whole; a larger one streams in chunks after
+#: the server's "100 Continue", so that a refusal (a missing node, a bad path) comes back
+#: as its reply rather than as a connection reset mid-body.
+SMALL_BODY = 64 << 10
+
+#: The head of a streamed file_write over HTTP.
+UPLOAD_HEADERS = {"Content-Type": "application/octet-stream", "Transfer-Encoding": "chunked",
+                  "Expect": "100-continue"}
 
 #: Node verbs served as POST /v1/trees/{t}/nodes/{n}/{verb} with no body.
 _NODE_VERBS = {
@@ -42,10 +56,13 @@ _TREE_VERBS = {
 }
 
 
+#: One encoder for every request: json.dumps with any option builds a new one per call.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def encode_line(req: dict[str, Any]) -> bytes:
     """One request line: compact JSON with the fields that are set, and a newline."""
-    return json.dumps({k: v for k, v in req.items() if v is not None},
-                      separators=(",", ":")).encode() + b"\n"
+    return _encode({k: v for k, v in req.items() if v is not None}).encode() + b"\n"
 
 
 def decode_line(line: bytes) -> dict[str, Any]:
@@ -99,12 +116,17 @@ def http_route(req: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None]:
         kill = {"process_id": req["process_id"]} if req.get("process_id") else None
         return "POST", f"{node}/{_NODE_VERBS[op]}", kill
     if op == "tree_exec":
-        body = {k: req[k] for k in ("argv", "cwd", "env", "timeout_ns", "detach") if req.get(k)}
+        body = {k: req[k] for k in ("argv", "cwd", "env", "timeout_ns", "stdin", "detach") if req.get(k)}
         return "POST", node + "/exec" + ("?stream=ndjson" if req.get("stream") else ""), body
     if op == "exec_list":
         return "GET", node + "/exec", None
+    if op == "exec_logs":
+        q = "?process_id=" + quote(str(req.get("process_id") or ""), safe="")
+        return "GET", node + "/exec/logs" + q + ("&follow=1" if req.get("follow") else ""), None
     if op.startswith("file_"):
-        path = quote(str(req.get("path") or "").lstrip("/"))
+        # An HTTP path cannot carry ".." (the server's router cleans it with a redirect),
+        # so it is resolved here, as the socket face resolves it: never above the top.
+        path = quote(posixpath.normpath("/" + str(req.get("path") or "")).lstrip("/"))
         files = f"{node}/files/{path}"
         if op == "file_read":
             return "GET", files, None
@@ -114,10 +136,11 @@ def http_route(req: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None]:
             return "GET", files + "?list=1", None
         if op == "file_remove":
             return "DELETE", files + ("?recursive=1" if req.get("recursive") else ""), None
-        if op == "file_write":
-            return "PUT", files, {k: req[k] for k in ("data_b64", "mode") if req.get(k) is not None}
+        if op == "file_write":  # the body is the file's bytes, streamed by the transport
+            return "PUT", files + (f"?mode=0{req['mode']:o}" if req.get("mode") else ""), None
         if op == "file_mkdir":
-            return "POST", files + "?mkdir=1", ({"mode": req["mode"]} if req.get("mode") else None)
+            body = {k: req[k] for k in ("mode", "parents") if req.get(k)}
+            return "POST", files + "?mkdir=1", body or None
     raise BadRequestError(f"{op}: no HTTP route for this op", op=op)
 
 
@@ -144,15 +167,23 @@ class SSEParser:
 
 
 def http_request_bytes(method: str, host: str, path: str, token: str | None,
-                       body: dict[str, Any] | None, *, stream: bool = False) -> bytes:
-    """A whole HTTP/1.1 request (for the asyncio client, which has no stdlib HTTP client)."""
+                       body: dict[str, Any] | None, *, stream: bool = False, chunked: bool = False) -> bytes:
+    """A whole HTTP/1.1 request (for the asyncio client, which has no stdlib HTTP client);
+    with chunked, only its head: a raw body of chunks follows (:func:`http_chunk`)."""
     payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "User-Agent: arbor-python",
              "Accept: " + ("text/event-stream, application/x-ndjson" if stream else "application/json")]
     if token:
         lines.append(f"Authorization: Bearer {token}")
-    if body is not None:
+    if chunked:
+        lines += [f"{k}: {v}" for k, v in UPLOAD_HEADERS.items()]
+    elif body is not None:
         lines += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
     elif method in ("POST", "PUT", "DELETE"):
         lines.append("Content-Length: 0")
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
+
+
+def http_chunk(data: bytes) -> bytes:
+    """One chunk of a chunked HTTP body (an empty one ends the body)."""
+    return b"%x\r\n" % len(data) + data + b"\r\n"

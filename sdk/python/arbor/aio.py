@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, overload
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from typing import IO, Any, overload
 
 from . import _config, _verbs
-from ._aiotransport import AsyncHTTPTransport, AsyncSocketTransport, AsyncStream
+from ._aiotransport import AsyncFileStream, AsyncHTTPTransport, AsyncSocketTransport, AsyncStream, Input
 from .client import DEFAULT_TIMEOUT
 from .errors import ArborError, NotFoundError, StaleError
-from .types import (Budget, Event, ExecResult, FileInfo, NodeInfo, Output, Snapshot, TreeInfo, Usage,
-                    wire_bytes)
+from .types import Budget, Event, ExecResult, FileInfo, NodeInfo, Output, ProcessInfo, Snapshot, TreeInfo, Usage
 
 __all__ = ["AsyncClient", "AsyncTree", "AsyncNode", "AsyncWatch", "AsyncFiles", "AsyncProcess",
-           "AsyncExecStream"]
+           "AsyncExecStream", "AsyncFileStream"]
 
 
 class AsyncClient:
@@ -276,36 +275,42 @@ class AsyncNode:
 
     async def exec(self, argv: Sequence[str] | str, *, cwd: str | None = None,
                    env: Mapping[str, str] | None = None, timeout: float | None = None,
+                   stdin: bytes | str | None = None,
                    on_stdout: Callable[[bytes], Any] | None = None,
                    on_stderr: Callable[[bytes], Any] | None = None) -> ExecResult:
         col = _verbs.ExecCollector(on_stdout, on_stderr)
-        async for _ in self._exec_lines(argv, cwd, env, timeout, col):
+        req = _verbs.exec_req(self.tree.id, self.id, argv, cwd, env, timeout, stdin=stdin)
+        async for _ in self._exec_lines(req, timeout, col):
             pass
         return col.done()
 
     def exec_stream(self, argv: Sequence[str] | str, *, cwd: str | None = None,
-                    env: Mapping[str, str] | None = None, timeout: float | None = None) -> AsyncExecStream:
+                    env: Mapping[str, str] | None = None, timeout: float | None = None,
+                    stdin: bytes | str | None = None) -> AsyncExecStream:
         col = _verbs.ExecCollector()
-        return AsyncExecStream(col, self._exec_lines(argv, cwd, env, timeout, col))
+        req = _verbs.exec_req(self.tree.id, self.id, argv, cwd, env, timeout, stdin=stdin)
+        return AsyncExecStream(col, self._exec_lines(req, timeout, col))
 
-    async def _exec_lines(self, argv: Sequence[str] | str, cwd: str | None, env: Mapping[str, str] | None,
-                          timeout: float | None, col: _verbs.ExecCollector) -> AsyncIterator[Output]:
+    async def _exec_lines(self, req: dict[str, Any], timeout: float | None,
+                          col: _verbs.ExecCollector) -> AsyncIterator[Output]:
         c = self.tree.client
-        s = await c._t.stream(_verbs.exec_req(self.tree.id, self.id, argv, cwd, env, timeout),
-                              _verbs.exec_timeout(c.timeout, timeout))
-        async with s:
-            if (o := col.feed(s.first)) is not None:
-                yield o
-            async for line in s:
-                if col.result is not None:
-                    break
+        async with await c._t.stream(req, _verbs.exec_timeout(c.timeout, timeout)) as s:
+            line: dict[str, Any] | None = s.first
+            while line is not None:
                 if (o := col.feed(line)) is not None:
                     yield o
+                # The exit line ends it (the first line, for a process with no output):
+                # the daemon sends nothing after it.
+                line = await anext(s, None) if not col.ended else None
 
     async def spawn(self, argv: Sequence[str] | str, *, cwd: str | None = None,
                     env: Mapping[str, str] | None = None) -> AsyncProcess:
         r = await self.tree.client._t.call(_verbs.exec_req(self.tree.id, self.id, argv, cwd, env, None, True))
         return AsyncProcess(self, str(r.get("process_id", "")))
+
+    async def processes(self) -> list[AsyncProcess]:
+        r = await self.tree.client._t.call(_verbs.node("exec_list", self.tree.id, self.id))
+        return [AsyncProcess(self, p.id, p) for p in _verbs.processes(r)]
 
     def __repr__(self) -> str:
         return f"AsyncNode({self.tree.id!r}, {self.id!r})"
@@ -326,16 +331,28 @@ class AsyncExecStream:
 
 
 class AsyncProcess:
-    def __init__(self, node: AsyncNode, process_id: str) -> None:
-        self.node, self.id = node, process_id
+    """A background process of a node (see :class:`arbor.Process`)."""
+
+    def __init__(self, node: AsyncNode, process_id: str, info: ProcessInfo | None = None) -> None:
+        self.node, self.id, self.info = node, process_id, info
 
     async def kill(self) -> None:
         await self.node.tree.client._t.call(dict(_verbs.node("exec_kill", self.node.tree.id, self.node.id),
                                                  process_id=self.id))
 
+    def logs(self, *, follow: bool = False) -> AsyncExecStream:
+        n = self.node
+        req = dict(_verbs.node("exec_logs", n.tree.id, n.id), process_id=self.id, follow=follow or None)
+        col = _verbs.ExecCollector()
+        return AsyncExecStream(col, n._exec_lines(req, None, col))
+
+    def __repr__(self) -> str:
+        return f"AsyncProcess({self.node.id!r}, {self.id!r})"
+
 
 class AsyncFiles:
-    """A node's files through the daemon (see :class:`arbor.Files`)."""
+    """A node's files through the daemon (see :class:`arbor.Files`): reads and writes
+    stream in chunks. ``write`` takes an async iterable of bytes too."""
 
     def __init__(self, node: AsyncNode) -> None:
         self._n = node
@@ -345,11 +362,36 @@ class AsyncFiles:
         return await n.tree.client._t.call(_verbs.file_req(op, n.tree.id, n.id, path, **kw))
 
     async def read(self, path: str) -> bytes:
-        return wire_bytes(await self._call("file_read", path), "data")
+        async with await self.read_chunks(path) as fs:
+            return b"".join([c async for c in fs])
 
-    async def write(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
+    async def read_chunks(self, path: str) -> AsyncFileStream:
         n = self._n
-        await n.tree.client._t.call(_verbs.file_write(n.tree.id, n.id, path, data, mode))
+        return await n.tree.client._t.read_file(_verbs.file_req("file_read", n.tree.id, n.id, path))
+
+    async def download(self, path: str, dest: str | os.PathLike[str] | IO[bytes]) -> FileInfo:
+        """Copy the file into ``dest`` (see :meth:`arbor.Files.download`); the local writes
+        are blocking, a chunk at a time."""
+        async with await self.read_chunks(path) as fs:
+            with _verbs.saving(dest) as write:
+                async for chunk in fs:
+                    write(chunk)
+        return FileInfo.of(fs.info or {})
+
+    async def write(self, path: str, data: _verbs.Data | AsyncIterable[bytes], *,
+                    mode: int | None = None) -> FileInfo:
+        n = self._n
+        t = n.tree.client._t
+        if not isinstance(data, AsyncIterable) and (inline := _verbs.small(data)) is not None:
+            r = await t.call(_verbs.file_write(n.tree.id, n.id, path, mode, inline))
+        else:
+            body: Input = data if isinstance(data, AsyncIterable) else _verbs.chunks(data)
+            r = await t.call(_verbs.file_write(n.tree.id, n.id, path, mode), input=body)
+        return FileInfo.of(r.get("file") or {})
+
+    async def upload(self, src: str | os.PathLike[str], path: str, *, mode: int | None = None) -> FileInfo:
+        with open(src, "rb") as f:
+            return await self.write(path, f, mode=mode)
 
     async def list(self, path: str = "") -> list[FileInfo]:
         return _verbs.file_list(await self._call("file_list", path))
@@ -360,5 +402,5 @@ class AsyncFiles:
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         await self._call("file_remove", path, recursive=recursive or None)
 
-    async def mkdir(self, path: str, *, mode: int | None = None) -> None:
-        await self._call("file_mkdir", path, mode=mode)
+    async def mkdir(self, path: str, *, mode: int | None = None, parents: bool = False) -> FileInfo:
+        return _verbs.file_stat(await self._call("file_mkdir", path, mode=mode, parents=parents or None))

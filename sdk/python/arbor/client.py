@@ -10,12 +10,12 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import IO, Any, overload
 
 from . import _config, _verbs
-from ._transport import HTTPTransport, SocketTransport, Stream
+from ._transport import FileStream, HTTPTransport, SocketTransport, Stream
 from .errors import ArborError, NotFoundError, StaleError
-from .types import Budget, Event, ExecResult, FileInfo, NodeInfo, Output, Snapshot, TreeInfo, Usage, wire_bytes
+from .types import Budget, Event, ExecResult, FileInfo, NodeInfo, Output, ProcessInfo, Snapshot, TreeInfo, Usage
 
 #: The default per-call timeout in seconds (a reply, not a process: exec has its own).
 DEFAULT_TIMEOUT = 60.0
@@ -357,42 +357,50 @@ class Node:
             raise
 
     def exec(self, argv: Sequence[str] | str, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-             timeout: float | None = None, on_stdout: Callable[[bytes], Any] | None = None,
+             timeout: float | None = None, stdin: bytes | str | None = None,
+             on_stdout: Callable[[bytes], Any] | None = None,
              on_stderr: Callable[[bytes], Any] | None = None) -> ExecResult:
         """Run a process in this node's sandbox and wait for it; output goes to the
-        callbacks as it comes. NotSupportedError on a backend without processes (dir)."""
+        callbacks as it comes. ``cwd`` is relative to the node's files (a jail's
+        /workspace); ``stdin`` is its whole standard input. NotSupportedError on a
+        backend without processes (dir)."""
         col = _verbs.ExecCollector(on_stdout, on_stderr)
-        for _ in self._exec_lines(argv, cwd, env, timeout, col):
+        for _ in self._exec_lines(_verbs.exec_req(self.tree.id, self.id, argv, cwd, env, timeout, stdin=stdin),
+                                  timeout, col):
             pass
         return col.done()
 
     def exec_stream(self, argv: Sequence[str] | str, *, cwd: str | None = None,
-                    env: Mapping[str, str] | None = None, timeout: float | None = None) -> ExecStream:
+                    env: Mapping[str, str] | None = None, timeout: float | None = None,
+                    stdin: bytes | str | None = None) -> ExecStream:
         """Run a process and iterate over its :class:`~arbor.types.Output` as it comes;
         the stream's ``result`` is set when it ends."""
         col = _verbs.ExecCollector()
-        return ExecStream(col, self._exec_lines(argv, cwd, env, timeout, col))
+        req = _verbs.exec_req(self.tree.id, self.id, argv, cwd, env, timeout, stdin=stdin)
+        return ExecStream(col, self._exec_lines(req, timeout, col))
 
-    def _exec_lines(self, argv: Sequence[str] | str, cwd: str | None, env: Mapping[str, str] | None,
-                    timeout: float | None, col: _verbs.ExecCollector) -> Iterator[Output]:
+    def _exec_lines(self, req: dict[str, Any], timeout: float | None,
+                    col: _verbs.ExecCollector) -> Iterator[Output]:
         c = self.tree.client
-        s = c._t.stream(_verbs.exec_req(self.tree.id, self.id, argv, cwd, env, timeout),
-                        _verbs.exec_timeout(c.timeout, timeout))
-        with s:
-            for line in [s.first]:
+        with c._t.stream(req, _verbs.exec_timeout(c.timeout, timeout)) as s:
+            line: dict[str, Any] | None = s.first
+            while line is not None:
                 if (o := col.feed(line)) is not None:
                     yield o
-            for line in s:
-                if col.result is not None:
-                    break
-                if (o := col.feed(line)) is not None:
-                    yield o
+                # The exit line ends it (the first line, for a process with no output):
+                # the daemon sends nothing after it.
+                line = next(s, None) if not col.ended else None
 
     def spawn(self, argv: Sequence[str] | str, *, cwd: str | None = None,
               env: Mapping[str, str] | None = None) -> Process:
         """Start a background process that runs while the node is live."""
         r = self.tree.client._t.call(_verbs.exec_req(self.tree.id, self.id, argv, cwd, env, None, True))
         return Process(self, str(r.get("process_id", "")))
+
+    def processes(self) -> list[Process]:
+        """The node's background processes: those running and the last few that ended."""
+        r = self.tree.client._t.call(_verbs.node("exec_list", self.tree.id, self.id))
+        return [Process(self, p.id, p) for p in _verbs.processes(r)]
 
     def __repr__(self) -> str:
         return f"Node({self.tree.id!r}, {self.id!r})"
@@ -419,21 +427,34 @@ class ExecStream:
 
 
 class Process:
-    """A background process of a node (:meth:`Node.spawn`)."""
+    """A background process of a node (:meth:`Node.spawn`, :meth:`Node.processes`)."""
 
-    def __init__(self, node: Node, process_id: str) -> None:
-        self.node, self.id = node, process_id
+    def __init__(self, node: Node, process_id: str, info: ProcessInfo | None = None) -> None:
+        self.node, self.id, self.info = node, process_id, info
 
     def kill(self) -> None:
         """Kill the process and every process it started."""
         self.node.tree.client._t.call(dict(_verbs.node("exec_kill", self.node.tree.id, self.node.id),
                                            process_id=self.id))
 
+    def logs(self, *, follow: bool = False) -> ExecStream:
+        """What it wrote (the daemon keeps its last 1 MiB) as :class:`~arbor.types.Output`
+        chunks; with ``follow``, until it ends. The stream's ``result`` is its exit once it
+        ended (ArborError if it still runs)."""
+        n = self.node
+        req = dict(_verbs.node("exec_logs", n.tree.id, n.id), process_id=self.id, follow=follow or None)
+        col = _verbs.ExecCollector()
+        return ExecStream(col, n._exec_lines(req, None, col))
+
+    def __repr__(self) -> str:
+        return f"Process({self.node.id!r}, {self.id!r})"
+
 
 class Files:
-    """A node's files through the daemon (``node.files``): paths are relative to the
-    node's root and resolved inside it. NotSupportedError where the backend has no
-    files API (use ``node.path`` on the dir backend)."""
+    """A node's files through the daemon (``node.files``), on every backend. Paths are
+    relative to the node's files (a jail's /workspace; ``/tmp/...`` is a jail's /tmp) and
+    resolved inside the node. Reads and writes stream in chunks of at most 512 KiB, so a
+    file of any size passes without being held whole (:meth:`read` alone collects one)."""
 
     def __init__(self, node: Node) -> None:
         self._n = node
@@ -443,21 +464,53 @@ class Files:
         return n.tree.client._t.call(_verbs.file_req(op, n.tree.id, n.id, path, **kw))
 
     def read(self, path: str) -> bytes:
-        return wire_bytes(self._call("file_read", path), "data")
+        """The whole file."""
+        with self.read_chunks(path) as fs:
+            return b"".join(fs)
 
-    def write(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
-        """Write a whole file atomically."""
+    def read_chunks(self, path: str) -> FileStream:
+        """The file's bytes as they come, as an iterator of chunks (close it, or use
+        ``with``, to stop early); its ``info`` once the last chunk came."""
         n = self._n
-        n.tree.client._t.call(_verbs.file_write(n.tree.id, n.id, path, data, mode))
+        return n.tree.client._t.read_file(_verbs.file_req("file_read", n.tree.id, n.id, path))
+
+    def download(self, path: str, dest: str | os.PathLike[str] | IO[bytes]) -> FileInfo:
+        """Copy the file chunk by chunk into ``dest``: a binary file object, or a local
+        path (replaced only once the whole file came)."""
+        with self.read_chunks(path) as fs, _verbs.saving(dest) as write:
+            for chunk in fs:
+                write(chunk)
+        return FileInfo.of(fs.info or {})
+
+    def write(self, path: str, data: _verbs.Data, *, mode: int | None = None) -> FileInfo:
+        """Replace the file with ``data`` atomically: the file changes only once all of it
+        arrived. ``data`` is bytes, text, a binary file object or an iterable of bytes,
+        read and sent a chunk at a time."""
+        n = self._n
+        t = n.tree.client._t
+        if (inline := _verbs.small(data)) is not None:  # one request line
+            r = t.call(_verbs.file_write(n.tree.id, n.id, path, mode, inline))
+        else:
+            r = t.call(_verbs.file_write(n.tree.id, n.id, path, mode), input=_verbs.chunks(data))
+        return FileInfo.of(r.get("file") or {})
+
+    def upload(self, src: str | os.PathLike[str], path: str, *, mode: int | None = None) -> FileInfo:
+        """Copy the local file ``src`` to ``path``, chunk by chunk."""
+        with open(src, "rb") as f:
+            return self.write(path, f, mode=mode)
 
     def list(self, path: str = "") -> list[FileInfo]:
+        """The entries of a directory, by name."""
         return _verbs.file_list(self._call("file_list", path))
 
     def stat(self, path: str) -> FileInfo:
+        """A file's description (a symlink described, not followed)."""
         return _verbs.file_stat(self._call("file_stat", path))
 
     def remove(self, path: str, *, recursive: bool = False) -> None:
         self._call("file_remove", path, recursive=recursive or None)
 
-    def mkdir(self, path: str, *, mode: int | None = None) -> None:
-        self._call("file_mkdir", path, mode=mode)
+    def mkdir(self, path: str, *, mode: int | None = None, parents: bool = False) -> FileInfo:
+        """Make a directory; with ``parents``, the missing ones above it too (and an
+        existing one is no error)."""
+        return _verbs.file_stat(self._call("file_mkdir", path, mode=mode, parents=parents or None))

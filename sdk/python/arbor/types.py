@@ -14,11 +14,14 @@ def _opt_str(v: Any) -> str | None:
 
 @dataclass(frozen=True)
 class Budget:
-    """A tree's limits; 0 means the daemon's default (8 live nodes, 8 GiB RAM, no disk limit)."""
+    """A tree's limits; 0 means the daemon's default (8 live nodes, 8 GiB RAM, no disk limit;
+    on a jail tree each node's memory at most the tree's RAM and 4096 tasks)."""
 
     max_live_nodes: int = 0
     max_live_ram_bytes: int = 0
     max_disk_bytes: int = 0
+    max_node_ram_bytes: int = 0
+    max_node_pids: int = 0
 
     def wire(self) -> dict[str, int]:
         return {k: v for k, v in self.__dict__.items() if v}
@@ -27,7 +30,8 @@ class Budget:
     def of(cls, d: dict[str, Any] | None) -> Budget:
         d = d or {}
         return cls(int(d.get("max_live_nodes", 0)), int(d.get("max_live_ram_bytes", 0)),
-                   int(d.get("max_disk_bytes", 0)))
+                   int(d.get("max_disk_bytes", 0)), int(d.get("max_node_ram_bytes", 0)),
+                   int(d.get("max_node_pids", 0)))
 
 
 @dataclass(frozen=True)
@@ -131,13 +135,15 @@ class Event:
 @dataclass(frozen=True)
 class ExecResult:
     """What a finished process left: its exit code (None if a signal ended it, named in
-    ``signal``), its output, and how long it ran."""
+    ``signal``), its output, and how long it ran. ``oom_killed``: the kernel killed a
+    process of its node for the node's memory limit while it ran."""
 
     exit_code: int | None
     stdout: bytes
     stderr: bytes
     duration: float
     signal: str | None = None
+    oom_killed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -152,7 +158,26 @@ class ExecResult:
         return cls(int(code) if code is not None and not d.get("signal") else None,
                    stdout if stdout is not None else wire_bytes(d, "stdout"),
                    stderr if stderr is not None else wire_bytes(d, "stderr"),
-                   int(d.get("duration_ns", 0)) / 1e9, _opt_str(d.get("signal")))
+                   int(d.get("duration_ns", 0)) / 1e9, _opt_str(d.get("signal")),
+                   bool(d.get("oom_killed")))
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A background process of a node, as exec_list reports it: ``exit`` once it ended
+    (its output is in :meth:`arbor.Process.logs`)."""
+
+    id: str
+    pid: int
+    argv: tuple[str, ...]
+    started_ns: int
+    exit: ExecResult | None
+
+    @classmethod
+    def of(cls, d: dict[str, Any]) -> ProcessInfo:
+        x = d.get("exit")
+        return cls(str(d.get("process_id", "")), int(d.get("pid", 0)), tuple(d.get("argv") or ()),
+                   int(d.get("started_unix_ns", 0)), ExecResult.of(x, b"", b"") if isinstance(x, dict) else None)
 
 
 @dataclass(frozen=True)
@@ -173,12 +198,16 @@ class FileInfo:
     is_dir: bool = False
     mtime_ns: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: file, dir, symlink or other.
+    type: str = ""
+    #: A symlink's target, as written.
+    link: str | None = None
 
     @classmethod
     def of(cls, d: dict[str, Any]) -> FileInfo:
         return cls(str(d.get("name") or d.get("path") or ""), int(d.get("size", 0)),
-                   int(d.get("mode", 0)), bool(d.get("is_dir") or d.get("dir")),
-                   int(d.get("mtime_unix_ns", 0)), d)
+                   int(d.get("mode", 0)), bool(d.get("is_dir") or d.get("dir") or d.get("type") == "dir"),
+                   int(d.get("mtime_unix_ns", 0)), d, str(d.get("type") or ""), _opt_str(d.get("link")))
 
 
 def wire_bytes(d: dict[str, Any], key: str) -> bytes:

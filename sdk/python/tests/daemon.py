@@ -145,6 +145,21 @@ def required(capability: str) -> bool:
     return any(c.strip() in ("all", capability) for c in os.environ.get("ARBOR_TEST_REQUIRE", "").split(","))
 
 
+def jail_tree(c: arbor.Client, base: str) -> arbor.Tree:
+    """A tree on the jail backend, or a skip (a failure when the run requires what is
+    missing: root, else cgroups, internal/testenv's capabilities) if arbord serves none."""
+    try:
+        return c.create_tree(base, backend="jail")
+    except arbor.BadRequestError as e:
+        if "is unknown" not in e.message:
+            raise
+        cap = "root" if os.geteuid() != 0 else "cgroup"
+        why = f"arbord serves no jail backend here (needs {cap}): {e.message}"
+        if required(cap):
+            raise AssertionError(f"{why} (ARBOR_TEST_REQUIRE={os.environ.get('ARBOR_TEST_REQUIRE')})") from e
+        raise unittest.SkipTest(why) from e
+
+
 def setUpModule() -> None:
     d = Daemon()
     # A tree needs a FUSE mount: without one, skip with the daemon's reason, or fail

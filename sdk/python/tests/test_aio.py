@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import time
 import unittest
 
 from tests.daemon import D, read, setUpModule, tearDownModule  # noqa: F401
@@ -86,10 +88,6 @@ class AsyncVerbs:
         with self.assertRaises(arbor.NotSupportedError):
             async for _ in kid.exec_stream("true"):
                 pass
-        with self.assertRaises(arbor.NotSupportedError):
-            await kid.files.read("a.txt")
-        with self.assertRaises(arbor.NotSupportedError):
-            await kid.files.write("a.txt", "x")
 
     async def test_watch(self) -> None:
         async with await self.tree.watch() as w:
@@ -128,6 +126,173 @@ class SocketAsync(AsyncVerbs, unittest.IsolatedAsyncioTestCase):
 
 class HTTPAsync(AsyncVerbs, unittest.IsolatedAsyncioTestCase):
     transport = "http"
+
+
+class AsyncSocketLines(unittest.IsolatedAsyncioTestCase):
+    """The socket transport's own line framing, deadlines and pool (its hot path is an
+    asyncio.Protocol of its own, not the stdlib's StreamReader)."""
+
+    async def test_large_reply(self) -> None:
+        async with AsyncClient(D.socket) as c:
+            tree = await c.create_tree(D.base(), budget=arbor.Budget(max_live_nodes=400))
+            try:
+                labels = [f"{i:04d}" + "x" * 200 for i in range(300)]
+                kids = await tree.root.fork(labels=labels)
+                snap = await tree.snapshot()  # one line of some 130 KB
+                self.assertEqual(len(snap.nodes), 301)
+                self.assertEqual({n.label for n in snap.nodes if n.id != tree.root.id}, set(labels))
+                self.assertEqual(await c.ping(), arbor.__version__)  # the connection is in step
+                await asyncio.gather(*(k.abort() for k in kids[:50]))
+            finally:
+                await tree.delete()
+
+    async def test_deadline_is_per_call(self) -> None:
+        """One watchdog timer per connection: calls spread over several timeouts all
+        succeed, and a stream's lines after its first have no deadline."""
+        with D.client("socket") as sc:  # the tree made and deleted without the short timeout
+            tree_id = sc.create_tree(D.base()).id
+            try:
+                async with AsyncClient(D.socket, timeout=0.5) as c:
+                    tree = await c.tree(tree_id)
+                    end = time.monotonic() + 1.6
+                    n = 0
+                    while time.monotonic() < end:
+                        await tree.snapshot()
+                        await asyncio.sleep(0.05)
+                        n += 1
+                    self.assertGreater(n, 5)
+                    conn = c._t._pool.idle[-1]
+                    await asyncio.sleep(0.8)  # an idle connection has no deadline: it stays in use
+                    await tree.snapshot()
+                    self.assertEqual(c._t._pool.idle, [conn])
+                    async with await tree.watch() as w:
+                        await asyncio.sleep(1.0)  # idle longer than the call timeout
+                        kid = await tree.root.fork()
+                        got = []
+                        async for ev in w:
+                            got.append((ev.kind, ev.node_id))
+                            break
+                        self.assertEqual(got, [("fork", kid.id)])
+            finally:
+                sc.call("tree_delete", tree_id=tree_id)
+
+    async def test_daemon_closed_idle_connection_is_redialled(self) -> None:
+        async with AsyncClient(D.socket) as c:
+            await c.ping()
+            idle = list(c._t._pool.idle)
+            self.assertTrue(idle)
+            for conn in idle:  # as the daemon's idle timeout or a restart would
+                sock = conn._t.get_extra_info("socket") if conn._t else None
+                assert sock is not None
+                sock.shutdown(socket.SHUT_RDWR)
+            await asyncio.sleep(0.05)
+            self.assertEqual(await c.ping(), arbor.__version__)
+
+    async def _server(self, answer: object) -> tuple[str, list[int], asyncio.AbstractServer]:
+        """A socket whose connections are served by ``answer(reader, writer)``; returns its
+        path, the count of connections accepted so far, and the server."""
+        path = os.path.join(D.tmp, f"lines-{id(answer)}.sock")
+        accepted = [0]
+
+        async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            accepted[0] += 1
+            try:
+                await answer(r, w)  # type: ignore[operator]
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                w.close()
+        return path, accepted, await asyncio.start_unix_server(serve, path)
+
+    async def test_split_and_joined_lines(self) -> None:
+        conns = 0
+
+        async def answer(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            nonlocal conns
+            conns += 1
+            if conns > 1:
+                await r.readline()
+                return  # dropped with the request unanswered
+            await r.readline()  # a reply in pieces, the newline alone at the end
+            for piece in (b'{"status":"po', b'ng","vers', b'ion":"x"}', b"\n"):
+                w.write(piece)
+                await w.drain()
+                await asyncio.sleep(0.01)
+            await r.readline()  # a reply and an unasked-for line in one write
+            w.write(b'{"status":"pong","version":"y"}\n{"status":"error","code":"limit","message":"idle"}\n')
+            await w.drain()
+            await r.read()
+        path, accepted, srv = await self._server(answer)
+        async with srv:
+            async with AsyncClient(path, timeout=5) as c:
+                self.assertEqual(await c.ping(), "x")
+                self.assertEqual(await c.ping(), "y")
+                self.assertEqual(c._t._pool.idle, [])  # the line after the reply: not reused
+                with self.assertRaises(arbor.ConnectionLost):
+                    await c.call("tree_commit", tree_id="t", node_id="n")  # a fresh one, dropped
+                self.assertEqual(accepted[0], 2)
+
+    async def test_stalled_file_transfer_times_out(self) -> None:
+        """A file's chunks each come within the call's timeout (an exec or a watch may pause)."""
+        async def stall(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await r.readline()
+            w.write(b'{"status":"file_data","data_b64":"eA=="}\n')
+            await w.drain()
+            await r.read()
+        path, _, srv = await self._server(stall)
+        async with srv:
+            async with AsyncClient(path, timeout=0.3) as c:
+                fs = await c._t.read_file({"op": "file_read", "tree_id": "t", "node_id": "n", "path": "f"})
+                self.assertEqual(await anext(fs), b"x")
+                t0 = time.monotonic()
+                with self.assertRaises(arbor.Timeout):
+                    await anext(fs)
+                self.assertLess(time.monotonic() - t0, 5)
+
+    async def test_stalled_file_transfer_times_out_blocking(self) -> None:
+        """The same with the blocking client (served from a thread)."""
+        srv2 = socket.socket(socket.AF_UNIX)
+        path2 = os.path.join(D.tmp, "stall-sync.sock")
+        srv2.bind(path2)
+        srv2.listen()
+        loop = asyncio.get_running_loop()
+
+        def serve() -> None:
+            conn, _ = srv2.accept()
+            conn.recv(4096)
+            conn.sendall(b'{"status":"file_data","data_b64":"eA=="}\n')
+            time.sleep(2)
+            conn.close()
+        fut = loop.run_in_executor(None, serve)
+        try:
+            c2 = arbor.Client(path2, timeout=0.3)
+            node = arbor.Tree(c2, "t", "n").root
+            with self.assertRaises(arbor.Timeout):
+                await loop.run_in_executor(None, node.files.read, "f")
+        finally:
+            await fut
+            srv2.close()
+
+    async def test_timeout_and_dropped_connection(self) -> None:
+        async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await r.read()
+
+        async def drop(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await r.readline()
+        path, _, srv = await self._server(silent)
+        async with srv:
+            c = AsyncClient(path, timeout=0.3)
+            t0 = time.monotonic()
+            with self.assertRaises(arbor.Timeout) as cm:
+                await c.ping()
+            self.assertIsInstance(cm.exception, TimeoutError)
+            self.assertLess(time.monotonic() - t0, 3)
+            await c.close()
+        path, _, srv = await self._server(drop)
+        async with srv:
+            async with AsyncClient(path) as c:
+                with self.assertRaises(arbor.ConnectionLost):
+                    await c.call("tree_commit", tree_id="t", node_id="n")
 
 
 class AsyncEndpoints(unittest.IsolatedAsyncioTestCase):

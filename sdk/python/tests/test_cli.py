@@ -94,9 +94,10 @@ class CLI(unittest.TestCase):
 
 class Recipe(unittest.TestCase):
     def test_tree_search_recipe(self) -> None:
-        report = os.path.join(D.tmp, "report.json")
+        report, base = os.path.join(D.tmp, "report.json"), D.base()
         p = subprocess.run([sys.executable, os.path.join(SDK, "examples", "tree-search", "run.py"),
-                            "--branches", "3", "--generations", "4", "--scale", "2", "--report", report],
+                            "--branches", "3", "--generations", "4", "--scale", "2", "--report", report,
+                            "--base", base],
                            env=D.env(), capture_output=True, text=True, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
         for gen in range(4):
@@ -110,9 +111,10 @@ class Recipe(unittest.TestCase):
             self.assertEqual(len(g["scores"]), 3)
             self.assertGreater(g["fork_daemon_ms"], 0)
         with D.client("socket") as c:
-            self.assertEqual([t for t in c.trees() if "tree-search" in t.base], [])  # deleted after
+            self.assertEqual([t for t in c.trees() if t.base == base], [])  # deleted after
         p = subprocess.run([sys.executable, os.path.join(SDK, "examples", "tree-search", "run.py"),
-                            "--backend", "no-such-backend", "--generations", "1", "--report", report],
+                            "--backend", "no-such-backend", "--generations", "1", "--report", report,
+                            "--base", base],
                            env=D.env(), capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 2)
         self.assertIn("not served by this daemon", p.stderr)

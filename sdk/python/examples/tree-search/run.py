@@ -55,7 +55,7 @@ def act(node: arbor.Node, backend: str, seed: int, scale: float) -> float:
         subprocess.run(argv, cwd=node.path, check=True)
         state = json.load(open(os.path.join(node.path, "state.json")))
     else:  # a sandbox: run inside it, read through the files API
-        node.exec(argv, cwd="/workspace", timeout=60)
+        node.exec(argv, timeout=60)  # in the top of the node's files (/workspace in a jail)
         state = json.loads(node.files.read("state.json"))
     return reward(state)
 

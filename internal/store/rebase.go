@@ -1,0 +1,440 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/merge"
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
+)
+
+// Rebase. Replay re-applies a branch's changes (against its fork point)
+// onto another branch, a fresh fork of the first one's parent's new state:
+// the missing half of first-commit-wins for a loser that wants to keep its
+// work. Per path, with base the fork point's version, ours the branch's and
+// theirs the target's:
+//
+//   - one side changed it: that side's version;
+//   - both made the same change: it;
+//   - both changed a regular text file: a three-way line merge (package
+//     merge); overlapping changes leave conflict markers;
+//   - both changed it otherwise (binary, a symlink, a type change): ours at
+//     the path and theirs beside it at PATH~theirs (a directory of theirs
+//     stays, ours goes to PATH~ours);
+//   - deleted on one side, changed on the other: the change is kept;
+//   - a directory ours deleted goes only if the target's is empty.
+//
+// The conflicts are recorded with the target, durably; its commit is
+// refused (api.ErrState) while one is unresolved: a text file still holding
+// a conflict marker line, or a PATH~theirs / PATH~ours still there.
+
+// Conflict is one path a Replay could not merge by itself.
+type Conflict struct {
+	Path string `json:"path"`
+	// Kind: "text" (markers in the file), "both" (theirs at Path~theirs),
+	// "type" (ours at Path~ours, or theirs at Path~theirs).
+	Kind string `json:"kind"`
+	// Aside is the path holding the other version ("" for text).
+	Aside string `json:"aside,omitempty"`
+}
+
+var bucketConflicts = []byte("conflicts") // branch id -> []Conflict as JSON
+
+// mergeMax is the largest text file Replay merges line by line; a larger
+// one conflicts as a binary file does.
+const mergeMax = 8 << 20
+
+// Replay applies from's changes onto into (see above) and returns the
+// conflicts it left. from may be stale; into must be a live branch other
+// than main.
+func (s *Store) Replay(from, into string) ([]Conflict, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dirsChanged()
+	f, err := s.forked(from)
+	if err != nil {
+		return nil, fmt.Errorf("rebase %s: %w", from, err)
+	}
+	t, err := s.branch(into)
+	if err != nil {
+		return nil, fmt.Errorf("rebase %s onto %s: %w", from, into, err)
+	}
+	if t.Name == Main {
+		return nil, api.Errorf(api.ErrBadRequest, "rebase %s: onto main: replay onto a fork of it", from)
+	}
+	if err := writableBranch(t); err != nil {
+		return nil, fmt.Errorf("rebase %s onto %s: %w", from, into, err)
+	}
+	paths := map[string]bool{}
+	for _, l := range f.chain[f.forkDepth:] {
+		for p := range l.paths {
+			if p != "" {
+				paths[p] = true
+			}
+		}
+	}
+	sorted := make([]string, 0, len(paths))
+	for p := range paths {
+		sorted = append(sorted, p)
+	}
+	sort.Strings(sorted) // parents first
+	var conflicts []Conflict
+	for _, p := range sorted {
+		c, err := s.replayPath(f, t, p)
+		if err != nil {
+			return conflicts, fmt.Errorf("rebase %s onto %s: %s: %w", from, into, p, err)
+		}
+		if c != nil {
+			conflicts = append(conflicts, *c)
+		}
+	}
+	if err := s.saveConflicts(t, conflicts); err != nil {
+		return conflicts, err
+	}
+	return conflicts, nil
+}
+
+// version is one side of a path in Replay.
+type version struct {
+	res Res
+	st  unix.Stat_t
+	ok  bool // it exists
+}
+
+func (s *Store) versionOf(b *Branch, rel string, depth int) (version, error) {
+	var v version
+	res, err := s.resolve(b, rel, depth)
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
+		return v, nil
+	}
+	if err != nil {
+		return v, err
+	}
+	if err := s.Lstat(res.Real, &v.st); err != nil {
+		return v, err
+	}
+	if err := s.dataStat(res, &v.st); err != nil {
+		return v, err
+	}
+	v.res, v.ok = res, true
+	return v, nil
+}
+
+func (v version) isDir() bool { return v.ok && v.st.Mode&unix.S_IFMT == unix.S_IFDIR }
+
+// same reports whether two versions are the same object: the same real
+// file, or equal content and metadata.
+func (s *Store) same(a, b version) bool {
+	switch {
+	case a.ok != b.ok:
+		return false
+	case !a.ok:
+		return true
+	case a.res.DataReal() == b.res.DataReal() && a.res.Real == b.res.Real:
+		return true
+	case a.st.Mode != b.st.Mode || a.st.Uid != b.st.Uid || a.st.Gid != b.st.Gid:
+		return false
+	case a.isDir():
+		return true
+	}
+	da, erra := s.content(a)
+	db, errb := s.content(b)
+	return erra == nil && errb == nil && bytes.Equal(da, db)
+}
+
+// content is a file's data (a symlink's target), whole.
+func (s *Store) content(v version) ([]byte, error) {
+	if v.st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		t, err := s.readlink(v.res.Real)
+		return []byte(t), err
+	}
+	if v.st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, nil // a device or a FIFO: its metadata is all
+	}
+	fd, err := s.openFile(v.res.DataReal(), unix.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return readAll(fd, v.st.Size, max(v.st.Size, mergeMax))
+}
+
+// text reports whether v is a regular file small enough to merge and
+// without a NUL byte in it.
+func (s *Store) text(v version) ([]byte, bool) {
+	if !v.ok {
+		return nil, true // absent: no lines
+	}
+	if v.st.Mode&unix.S_IFMT != unix.S_IFREG || v.st.Size > mergeMax {
+		return nil, false
+	}
+	d, err := s.content(v)
+	if err != nil || bytes.IndexByte(d, 0) >= 0 {
+		return nil, false
+	}
+	return d, true
+}
+
+// replayPath applies from's change of rel onto into (see Replay).
+func (s *Store) replayPath(from, into *Branch, rel string) (*Conflict, error) {
+	base, err := s.versionOf(from, rel, from.forkDepth)
+	if err != nil {
+		return nil, err
+	}
+	ours, err := s.versionOf(from, rel, len(from.chain))
+	if err != nil {
+		return nil, err
+	}
+	theirs, err := s.versionOf(into, rel, len(into.chain))
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case s.same(ours, base), s.same(ours, theirs):
+		return nil, nil // nothing of ours to bring, or theirs has it already
+	case !ours.ok:
+		// Ours deleted it: where theirs changed it, the change stays; a
+		// directory goes only if nothing is left in it.
+		if !s.same(theirs, base) && !theirs.isDir() {
+			return nil, nil
+		}
+		if theirs.isDir() {
+			if ents, err := s.readDir(into, rel, len(into.chain)); err != nil || len(ents) > 0 {
+				return nil, err
+			}
+		}
+		return nil, s.remove(into, rel, theirs.isDir())
+	case ours.isDir():
+		switch {
+		case theirs.isDir():
+			return nil, nil // its entries are replayed one by one
+		case theirs.ok:
+			aside := rel + "~theirs"
+			if err := s.moveAside(into, rel, aside); err != nil {
+				return nil, err
+			}
+			return &Conflict{Path: rel, Kind: "type", Aside: aside}, s.install(into, rel, ours, nil)
+		}
+		return nil, s.install(into, rel, ours, nil)
+	case !theirs.ok, s.same(theirs, base):
+		// Theirs deleted it (our change stays) or left it as it was.
+		return nil, s.install(into, rel, ours, nil)
+	case theirs.isDir():
+		aside := rel + "~ours"
+		return &Conflict{Path: rel, Kind: "type", Aside: aside}, s.install(into, aside, ours, nil)
+	}
+	// Both changed a file.
+	bt, bok := s.text(base)
+	ot, ook := s.text(ours)
+	tt, tok := s.text(theirs)
+	if bok && ook && tok {
+		merged, n := merge.Lines(bt, ot, tt, from.Name, into.Name)
+		if err := s.install(into, rel, ours, merged); err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			return &Conflict{Path: rel, Kind: "text"}, nil
+		}
+		return nil, nil
+	}
+	aside := rel + "~theirs"
+	if err := s.moveAside(into, rel, aside); err != nil {
+		return nil, err
+	}
+	return &Conflict{Path: rel, Kind: "both", Aside: aside}, s.install(into, rel, ours, nil)
+}
+
+// install puts v (with data instead of v's own, if not nil) at rel in b,
+// replacing what b has there (a directory only if v is one too: then only
+// its metadata).
+func (s *Store) install(b *Branch, rel string, v version, data []byte) error {
+	if err := checkName(rel); err != nil {
+		return err
+	}
+	cur, err := s.versionOf(b, rel, len(b.chain))
+	if err != nil {
+		return err
+	}
+	if v.isDir() && cur.isDir() {
+		real, err := s.copyUpWith(b, rel, false, nil)
+		if err != nil {
+			return err
+		}
+		return s.copyMeta(v.res.Real, real, &v.st)
+	}
+	if cur.ok {
+		if err := s.remove(b, rel, cur.isDir()); err != nil {
+			return err
+		}
+	}
+	if err := s.ensureParent(b, rel); err != nil {
+		return err
+	}
+	dst := b.head().real(rel)
+	err = s.create(b, rel, v.isDir(), func(int, string) error {
+		switch {
+		case data != nil:
+			if err := s.writeNew(dst, data); err != nil {
+				return err
+			}
+			return s.copyMeta(v.res.Real, dst, &v.st)
+		case v.res.Data != "":
+			if err := s.copyData(v.res.Data, dst); err != nil {
+				return err
+			}
+			return s.copyMeta(v.res.Real, dst, &v.st)
+		}
+		return s.copyNode(v.res.Real, dst, &v.st)
+	})
+	return err
+}
+
+// writeNew makes the regular file dst with data.
+func (s *Store) writeNew(dst string, data []byte) error {
+	fd, err := s.open(dst, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	for off := 0; off < len(data); {
+		n, err := unix.Write(fd, data[off:])
+		if err != nil {
+			unix.Close(fd)
+			return err
+		}
+		off += n
+	}
+	return unix.Close(fd)
+}
+
+// moveAside renames rel to aside in b (theirs kept beside ours).
+func (s *Store) moveAside(b *Branch, rel, aside string) error {
+	if _, err := s.resolve(b, aside, len(b.chain)); err == nil {
+		return fmt.Errorf("%s exists: %w", aside, syscall.EEXIST)
+	}
+	return s.renameLocked(b, rel, aside, 0)
+}
+
+// saveConflicts records b's conflicts (none: forgets them).
+func (s *Store) saveConflicts(b *Branch, cs []Conflict) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		bk, err := tx.CreateBucketIfNotExists(bucketConflicts)
+		if err != nil {
+			return err
+		}
+		if len(cs) == 0 {
+			return bk.Delete(itob(b.ID))
+		}
+		v, err := json.Marshal(cs)
+		if err != nil {
+			return err
+		}
+		return bk.Put(itob(b.ID), v)
+	})
+	if err != nil {
+		return fmt.Errorf("record the conflicts of %s: %w", b.Name, err)
+	}
+	return nil
+}
+
+// forgetConflicts drops the conflict records of branches gone (committed
+// or aborted), at Open. A failure leaves them: they name no branch.
+func (s *Store) forgetConflicts() {
+	live := map[string]bool{}
+	for _, b := range s.branches {
+		live[string(itob(b.ID))] = true
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketConflicts)
+		if bk == nil {
+			return nil
+		}
+		var gone [][]byte
+		if err := bk.ForEach(func(k, _ []byte) error {
+			if !live[string(k)] {
+				gone = append(gone, append([]byte(nil), k...))
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, k := range gone {
+			if err := bk.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("store: forget the conflicts of gone branches", "err", err)
+	}
+}
+
+// Conflicts lists branch name's conflicts that are not resolved yet.
+func (s *Store) Conflicts(name string) ([]Conflict, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	b, err := s.branch(name)
+	if err != nil {
+		return nil, err
+	}
+	return s.unresolved(b)
+}
+
+// unresolved is b's recorded conflicts still unresolved (see Replay).
+func (s *Store) unresolved(b *Branch) ([]Conflict, error) {
+	var cs []Conflict
+	err := s.db.View(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketConflicts)
+		if bk == nil {
+			return nil
+		}
+		if v := bk.Get(itob(b.ID)); v != nil {
+			return json.Unmarshal(v, &cs)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []Conflict
+	for _, c := range cs {
+		if c.Aside != "" {
+			if _, err := s.resolve(b, c.Aside, len(b.chain)); err == nil {
+				out = append(out, c)
+			}
+			continue
+		}
+		v, err := s.versionOf(b, c.Path, len(b.chain))
+		if err != nil {
+			return nil, err
+		}
+		if d, ok := s.text(v); ok && merge.HasConflict(d) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// checkResolved refuses the commit of b while it has unresolved conflicts.
+func (s *Store) checkResolved(b *Branch) error {
+	cs, err := s.unresolved(b)
+	if err != nil {
+		return err
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	paths := make([]string, len(cs))
+	for i, c := range cs {
+		paths[i] = c.Path
+	}
+	return api.Errorf(api.ErrState, "commit %s: %d unresolved rebase conflicts: %s (remove the conflict markers, and the ~theirs/~ours files once merged)",
+		b.Name, len(cs), strings.Join(paths, ", "))
+}

@@ -1,0 +1,99 @@
+package store
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/arbor-dev/arbor/api"
+	bolt "go.etcd.io/bbolt"
+)
+
+// TestReplay: a stale branch's changes replayed onto a fresh fork of its
+// parent's new state: one-sided changes taken, text merged line by line,
+// overlapping text changes marked, binary changes kept both ways; the
+// result refuses commit until the conflicts are resolved, then commits.
+func TestReplay(t *testing.T) {
+	text := "1\n2\n3\n4\n5\n6\n7\n8\n"
+	f := newFixture(t, map[string]string{
+		"merge": text, "clash": text, "bin": "\x00base", "gone": "g", "theirs-only": "t", "dir/keep": "k",
+	})
+	f.fork(Main, "win", "lose")
+	w, l := f.br("win"), f.br("lose")
+	f.write(w, "merge", strings.Replace(text, "8\n", "8 win\n", 1))
+	f.write(w, "clash", strings.Replace(text, "4\n", "4 win\n", 1))
+	f.write(w, "bin", "\x00win")
+	f.write(w, "theirs-only", "t2")
+	f.write(l, "merge", strings.Replace(text, "1\n", "1 lose\n", 1))
+	f.write(l, "clash", strings.Replace(text, "4\n", "4 lose\n", 1))
+	f.write(l, "bin", "\x00lose")
+	f.write(l, "new", "added by lose")
+	f.rm(l, "gone")
+	f.mkdir(l, "newdir")
+	f.write(l, "newdir/x", "x")
+	f.commit("win", true)
+	if !f.s.IsStale(f.br("lose")) {
+		t.Fatal("lose is not stale")
+	}
+	f.fork(Main, "r")
+	cs, err := f.s.Replay("lose", "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.br("r")
+	if got := f.read(r, "merge"); got != strings.Replace(strings.Replace(text, "1\n", "1 lose\n", 1), "8\n", "8 win\n", 1) {
+		t.Errorf("merge: %q", got)
+	}
+	if got := f.read(r, "clash"); !strings.Contains(got, "<<<<<<< lose\n4 lose\n=======\n4 win\n>>>>>>> r\n") {
+		t.Errorf("clash: %q", got)
+	}
+	for rel, want := range map[string]string{"bin": "\x00lose", "bin~theirs": "\x00win", "new": "added by lose",
+		"gone": "ENOENT", "theirs-only": "t2", "newdir/x": "x", "dir/keep": "k"} {
+		if got := f.read(r, rel); got != want {
+			t.Errorf("%s: %q, want %q", rel, got, want)
+		}
+	}
+	kinds := map[string]string{}
+	for _, c := range cs {
+		kinds[c.Path] = c.Kind
+	}
+	if len(cs) != 2 || kinds["clash"] != "text" || kinds["bin"] != "both" {
+		t.Fatalf("conflicts: %+v", cs)
+	}
+	// Not committable until resolved; the record survives a reopen.
+	f.reopen()
+	if _, err := f.s.Commit("r", false); !errors.Is(err, api.ErrState) {
+		t.Fatalf("commit with conflicts: %v, want ErrState", err)
+	}
+	f.write(f.br("r"), "clash", strings.Replace(text, "4\n", "4 both\n", 1))
+	if left, _ := f.s.Conflicts("r"); len(left) != 1 || left[0].Path != "bin" {
+		t.Fatalf("after resolving clash: %+v", left)
+	}
+	if _, err := f.s.Commit("r", false); !errors.Is(err, api.ErrState) {
+		t.Fatalf("commit with bin unresolved: %v", err)
+	}
+	f.rm(f.br("r"), "bin~theirs")
+	f.commit("r", true)
+	for rel, want := range map[string]string{"clash": strings.Replace(text, "4\n", "4 both\n", 1), "bin": "\x00lose", "new": "added by lose"} {
+		if got := f.baseRead(rel); got != want {
+			t.Errorf("the base's %s after the commit: %q", rel, got)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(f.base, "gone")); !os.IsNotExist(err) {
+		t.Errorf("gone: %v", err)
+	}
+	// r is gone: its record goes at the next Open.
+	f.reopen()
+	n := 0
+	f.s.db.View(func(tx *bolt.Tx) error {
+		if bk := tx.Bucket(bucketConflicts); bk != nil {
+			n = bk.Stats().KeyN
+		}
+		return nil
+	})
+	if n != 0 {
+		t.Errorf("%d conflict records left after r's commit and a reopen", n)
+	}
+}
