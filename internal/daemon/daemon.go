@@ -28,6 +28,8 @@ import (
 	"github.com/arbor-dev/arbor/internal/lineapi"
 	"github.com/arbor-dev/arbor/internal/mcpserver"
 	"github.com/arbor-dev/arbor/internal/metrics"
+	"github.com/arbor-dev/arbor/internal/vm"
+	"github.com/arbor-dev/arbor/internal/vmbackend"
 	"github.com/arbor-dev/arbor/internal/webui"
 	"github.com/arbor-dev/arbor/internal/workspace"
 )
@@ -267,7 +269,7 @@ func compose(home string, passthrough *bool, transport string, ab *fusemount.Abo
 	r = &router{images: imgs}
 	eng, err := engine.New(engine.Config{
 		Home:     home, // trees.db and trees/<id>/
-		Backends: backends(log, imgs),
+		Backends: backends(home, log, imgs),
 		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
 			return ws.OpenTreeFiles(ctx, dir, base)
 		},
@@ -307,10 +309,22 @@ func compose(home string, passthrough *bool, transport string, ab *fusemount.Abo
 
 // backends are the sandbox backends this daemon serves: dir always, jail
 // when this process can run sandboxes (root, cgroups, and a binary that
-// calls jail.Main first); otherwise tree_create --backend jail gets the
-// engine's "unknown; this daemon serves dir".
-func backends(log *slog.Logger, imgs *image.Store) map[string]engine.OpenBackend {
+// calls jail.Main first), vm where QEMU, a guest kernel and the guest agent
+// (arbor-guest, next to this binary or on PATH) are (its images cached in
+// HOME/vm-images, with the host's python3 in the guest where there is
+// one); otherwise tree_create --backend jail gets the engine's
+// "unknown; this daemon serves dir".
+func backends(home string, log *slog.Logger, imgs *image.Store) map[string]engine.OpenBackend {
 	out := map[string]engine.OpenBackend{engine.BackendDir: engine.OpenDirBackend}
+	agent, _ := vmbackend.FindAgent()
+	vcfg := vmbackend.Config{VM: vm.Config{Home: filepath.Join(home, "vm-images"), Agent: agent, Include: vm.PythonInclude()}}
+	if err := vmbackend.Available(vcfg); err != nil {
+		if log != nil {
+			log.Info("backend vm not served", "why", err)
+		}
+	} else {
+		out[vmbackend.Name] = vmbackend.Open(vcfg)
+	}
 	if err := jailbackend.Available(); err != nil {
 		if log != nil {
 			log.Info("backend jail not served", "why", err)
