@@ -219,6 +219,20 @@ func (b *ProcessBody) Fill(r *Request) error {
 	return nil
 }
 
+// ImageBuildBody is the body of POST /v1/images (image_build).
+type ImageBuildBody struct {
+	Image    string   `json:"image"`
+	Suite    string   `json:"suite,omitempty"`
+	Variant  string   `json:"variant,omitempty"`
+	Packages []string `json:"packages,omitempty"`
+}
+
+// Fill implements Body.
+func (b *ImageBuildBody) Fill(r *Request) error {
+	r.Image, r.Suite, r.Variant, r.Packages = b.Image, b.Suite, b.Variant, b.Packages
+	return nil
+}
+
 // EventsPath is the HTTP route (GET) of the event stream of every tree, or
 // of one named by ?tree= (tree_watch with no tree id).
 const EventsPath = "/v1/events"
@@ -230,6 +244,8 @@ const (
 	// each segment escaped (a leading "/" of the request's path dropped:
 	// paths in a node are the same with or without it).
 	filesPath = nodePath + "/files/{path...}"
+	// imagesPath is the root filesystem images; {image} is an image's name.
+	imagesPath = "/v1/images"
 )
 
 var (
@@ -290,9 +306,12 @@ var verbTable = []Verb{
 			return &ExecBody{Argv: r.Argv, Env: r.Env, Cwd: r.Cwd, TimeoutNS: r.TimeoutNS, Stdin: r.Stdin, Detach: r.Detach}
 		}},
 	{Op: OpImageBuild, Reply: "image_built", Stream: true, Request: []string{"image", "suite", "variant", "packages"},
-		ReplyFields: []string{"image", "cached", "progress"}},
-	{Op: OpImageList, Reply: "image_list", ReadOnly: true, ReplyFields: []string{"images"}},
-	{Op: OpImageRm, Reply: StatusOK, Request: []string{"image"}, ReplyFields: []string{"image"}},
+		ReplyFields: []string{"image", "cached", "progress"}, Method: "POST", Path: imagesPath,
+		Body: func(r Request) Body {
+			return &ImageBuildBody{Image: r.Image, Suite: r.Suite, Variant: r.Variant, Packages: r.Packages}
+		}},
+	{Op: OpImageList, Reply: "image_list", ReadOnly: true, ReplyFields: []string{"images"}, Method: "GET", Path: imagesPath},
+	{Op: OpImageRm, Reply: StatusOK, Request: []string{"image"}, ReplyFields: []string{"image"}, Method: "DELETE", Path: imagesPath + "/{image}"},
 	{Op: OpWsMount, Reply: "ws_mounted", Request: []string{"base", "mountpoint", "branch", "budget", "durable", "quota_bytes", "hide_control"},
 		ReplyFields: []string{"tree_id", "node_id", "path", "branch", "already_mounted"}},
 	{Op: OpWsUnmount, Reply: StatusOK, Request: []string{"mountpoint"}, ReplyFields: fTree},
@@ -348,8 +367,8 @@ func Lookup(op string) (Verb, bool) {
 	return verbTable[i], true
 }
 
-// HTTPPath is the verb's HTTP path for req, its ids path-escaped by esc
-// (url.PathEscape). It fails wrapping ErrBadRequest if the route needs an
+// HTTPPath is the verb's HTTP path for req, its ids (and an image's name)
+// path-escaped by esc (url.PathEscape). It fails wrapping ErrBadRequest if the route needs an
 // id the request lacks, or if the verb has no HTTP route.
 func (v Verb) HTTPPath(req Request, esc func(string) string) (string, error) {
 	if v.Path == "" {
@@ -371,6 +390,12 @@ func (v Verb) HTTPPath(req Request, esc func(string) string) (string, error) {
 			return "", Errorf(ErrBadRequest, "%s: %s is required", v.Op, nodeField)
 		}
 		p = strings.ReplaceAll(p, "{node}", esc(node))
+	}
+	if strings.Contains(p, "{image}") {
+		if req.Image == "" {
+			return "", Errorf(ErrBadRequest, "%s: image is required", v.Op)
+		}
+		p = strings.ReplaceAll(p, "{image}", esc(req.Image))
 	}
 	if strings.Contains(p, "{path...}") {
 		var segs []string
@@ -464,7 +489,7 @@ func (v Verb) FromQuery(req *Request, q url.Values) error {
 }
 
 // FromPath sets the request's ids from an HTTP route's path values (value
-// returns the one named "tree" or "node").
+// returns the one named "tree", "node", "path" or "image").
 func (v Verb) FromPath(req *Request, value func(string) string) {
 	req.Op = v.Op
 	if strings.Contains(v.Path, "{tree}") {
@@ -479,6 +504,9 @@ func (v Verb) FromPath(req *Request, value func(string) string) {
 	}
 	if strings.Contains(v.Path, "{path...}") {
 		req.Path = value("path")
+	}
+	if strings.Contains(v.Path, "{image}") {
+		req.Image = value("image")
 	}
 }
 

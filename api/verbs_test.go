@@ -57,7 +57,8 @@ func TestVerbTable(t *testing.T) {
 			t.Errorf("%s and %s share the route %s", prev, v.Op, key)
 		}
 		routes[key] = v.Op
-		full := api.Request{Op: v.Op, TreeID: "t/1", NodeID: "n 2", SourceID: "s3", Label: "l", Labels: []string{"a"}, Base: "/b", Backend: "dir", Image: "py", Network: "outbound"}
+		full := api.Request{Op: v.Op, TreeID: "t/1", NodeID: "n 2", SourceID: "s3", Label: "l", Labels: []string{"a"}, Base: "/b", Backend: "dir", Image: "py", Network: "outbound",
+			Suite: "bookworm", Variant: "minbase", Packages: []string{"hello"}}
 		path, err := v.HTTPPath(full, url.PathEscape)
 		if err != nil {
 			t.Errorf("%s: HTTPPath: %v", v.Op, err)

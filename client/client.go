@@ -142,8 +142,11 @@ func (c *Client) put(cn *conn) {
 // Do sends one request and returns its reply. A reply with status "error"
 // is returned as an *api.Error (and the reply itself).
 func (c *Client) Do(ctx context.Context, req api.Request) (api.Response, error) {
-	if req.Op == api.OpTreeWatch {
+	switch req.Op {
+	case api.OpTreeWatch:
 		return api.Response{}, fmt.Errorf("arbor client: use Watch for %s: %w", req.Op, api.ErrBadRequest)
+	case api.OpImageBuild: // a stream: its progress dropped, its last reply returned (as HTTP's collected form)
+		return c.BuildImage(ctx, req, nil)
 	}
 	line, err := json.Marshal(req)
 	if err != nil {

@@ -5,13 +5,16 @@
 # browser test drives it headless), util-linux (unshare, setsid: the
 # process sandbox's tests and benchmark peer), bubblewrap (the sandbox's
 # benchmark peer), mmdebstrap (builds root filesystem images), passt (pasta:
-# sandboxes' outbound network), and the Go modules. Idempotent; quiet unless something
-# fails.
+# sandboxes' outbound network), QEMU with the Debian cloud kernel, a static
+# busybox and cpio (the vm backend's microVMs: guest kernel, guest tools,
+# initramfs check), the Go modules, and the vm backend's guest agent
+# (arbor-guest, static, installed next to go's binaries). Idempotent; quiet
+# unless something fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
 need=()
-for p in fuse3 attr python3 python3-mypy git fuse-overlayfs chromium util-linux bubblewrap mmdebstrap passt; do
+for p in fuse3 attr python3 python3-mypy git fuse-overlayfs chromium util-linux bubblewrap mmdebstrap passt qemu-system-x86 linux-image-cloud-amd64 busybox-static cpio; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -24,3 +27,10 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 [ -e /dev/fuse ] || { [ "$(id -u)" -eq 0 ] && mknod -m 0666 /dev/fuse c 10 229 || true; }
 go mod download
+# FUSE over io_uring (Linux 6.14+): mounts use it where it is on (cowfs
+# transport auto, arbord turns it on at start too); only root can.
+uring=/sys/module/fuse/parameters/enable_uring
+if [ -e "$uring" ] && [ "$(id -u)" -eq 0 ] && [ "$(cat "$uring")" != Y ]; then
+  echo Y >"$uring" && echo "setup: turned FUSE over io_uring on ($uring)"
+fi
+CGO_ENABLED=0 go build -o "$(go env GOPATH)/bin/arbor-guest" ./cmd/arbor-guest

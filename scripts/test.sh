@@ -52,6 +52,14 @@ trap cleanup EXIT
 go run ./cmd/arbor doctor || true
 go vet ./...
 go test -race -timeout 20m -count=1 ./...
+# Every mount above used FUSE over io_uring where the kernel has it (setup
+# turns it on); the mount tests and the POSIX suite on them run again on
+# /dev/fuse reads and writes.
+if [ "$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null)" = Y ]; then
+  ARBOR_FUSE_TRANSPORT=dev go test -race -timeout 10m -count=1 ./internal/cowfs
+fi
+# The io_uring transport's own tests, in the go-fuse fork (a module of its own).
+go test -race -timeout 5m -count=1 -run URing github.com/hanwen/go-fuse/v2/fuse
 # The Python SDK (sdk/python, standard library only) against a real arbord
 # that its tests start in homes under the run's directory and stop by pid.
 go build -o "$run_dir/bin/" ./cmd/arbord

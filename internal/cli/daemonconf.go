@@ -10,6 +10,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/cowfs"
 	"github.com/arbor-dev/arbor/internal/daemon"
 )
 
@@ -21,7 +22,9 @@ type daemonFile struct {
 	AllowUIDs   []int  `toml:"allow_uids"`
 	HTTP        string `toml:"http"`
 	Passthrough *bool  `toml:"passthrough"`
-	LogLevel    string `toml:"log_level"`
+	// FUSETransport: auto (default), uring or dev (cowfs.Transport*).
+	FUSETransport string `toml:"fuse_transport"`
+	LogLevel      string `toml:"log_level"`
 	// The socket's limits (see lineapi.Config); zero: derived from the
 	// descriptor limit, and a 2 min idle timeout.
 	MaxConns       int    `toml:"max_conns"`
@@ -63,7 +66,10 @@ type daemonSettings struct {
 
 // config turns the merged settings into the daemon's Config.
 func (fc daemonFile) config(home string) (daemonSettings, error) {
-	s := daemonSettings{Config: daemon.Config{Home: home, Socket: fc.Socket, HTTPAddr: fc.HTTP, Passthrough: fc.Passthrough}}
+	s := daemonSettings{Config: daemon.Config{Home: home, Socket: fc.Socket, HTTPAddr: fc.HTTP, Passthrough: fc.Passthrough, FUSETransport: fc.FUSETransport}}
+	if err := cowfs.CheckTransport(fc.FUSETransport); err != nil {
+		return s, fmt.Errorf("fuse_transport: %w", err)
+	}
 	for _, u := range fc.AllowUIDs {
 		if u < 0 {
 			return s, api.Errorf(api.ErrBadRequest, "allow_uids: %d is not a uid", u)

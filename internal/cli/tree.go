@@ -191,16 +191,21 @@ at PATH~theirs. The new node cannot be committed until each is resolved.`,
 		req := api.Request{Op: api.OpTreeRebase, TreeID: args[0], NodeID: args[1], Label: label.v}
 		return e.treeDo(req, out, func(w io.Writer, resp api.Response) {
 			fmt.Fprintf(w, "rebased %s as %s at %s\n", args[1], resp.NodeID, resp.Path)
-			for _, c := range resp.Conflicts {
-				if c.Aside != "" {
-					fmt.Fprintf(w, "C %s (%s; the other version at %s)\n", c.Path, c.Kind, c.Aside)
-				} else {
-					fmt.Fprintf(w, "C %s (%s: conflict markers)\n", c.Path, c.Kind)
-				}
-			}
+			printConflicts(w, resp.Conflicts)
 		})
 	}
 	return cmd
+}
+
+// printConflicts lists a rebase's conflicts, a line each: C PATH.
+func printConflicts(w io.Writer, conflicts []api.Conflict) {
+	for _, c := range conflicts {
+		if c.Aside != "" {
+			fmt.Fprintf(w, "C %s (%s; the other version at %s)\n", c.Path, c.Kind, c.Aside)
+		} else {
+			fmt.Fprintf(w, "C %s (%s: conflict markers)\n", c.Path, c.Kind)
+		}
+	}
 }
 
 func (e *env) treeRollbackCmd() *cobra.Command {

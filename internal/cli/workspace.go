@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -25,6 +26,7 @@ func (e *env) workspaceCmds() []*cobra.Command {
 			"Drops BRANCH (default: the branch the mount shows) and every branch forked from\nit. A mount that showed it shows its parent afterwards.",
 			"  arbor abort ~/ws try-b"),
 		withOps(e.switchCmd(), api.OpWsSwitch),
+		withOps(e.rebaseCmd(), api.OpWsList, api.OpTreeRebase),
 		e.mpCmd("list", api.OpWsList, "The branches of a mount, as a tree with their state",
 			"Prints the branches as an indented tree; * marks the one the mount root shows.",
 			"  arbor list ~/ws"),
@@ -132,6 +134,78 @@ point; the siblings forked at the same point become stale.`,
 			}
 			fmt.Fprintln(w)
 		})
+	}
+	return cmd
+}
+
+func (e *env) rebaseCmd() *cobra.Command {
+	var name onceString
+	cmd := &cobra.Command{
+		Use:   "rebase MOUNTPOINT [BRANCH]",
+		Short: "Re-apply a (stale) branch's changes on its parent as it is now, as a new branch",
+		Long: `Forks BRANCH's parent (default: the branch the mount shows) as it is now into a
+new branch and replays BRANCH's changes against its fork point onto it, as
+arbor tree rebase does on the mount's tree: what only one side changed is
+taken, text files both changed are merged line by line, and what cannot be
+merged is listed (C PATH): conflict markers in a text file, or the parent's
+version kept at PATH~theirs. The new branch cannot be committed until each is
+resolved; BRANCH is left as it was (abort it when done). The mount keeps
+showing what it showed.`,
+		Example:           "  arbor rebase ~/ws try-b --name try-b2\n  arbor rebase ~/ws try-b -o json",
+		Args:              exactArgs(1, 2),
+		ValidArgsFunction: e.completeMount(true),
+	}
+	cmd.Flags().Var(&name, "name", "the new branch's name (default: its node id)")
+	out := addOutput(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		list, err := mpRequest(api.OpWsList, args)
+		if err != nil {
+			return err
+		}
+		branch := list.Branch
+		list.Branch = ""
+		if err := e.checkOwner(list.Mountpoint); err != nil {
+			return err
+		}
+		cl, err := e.connectFor(list.Mountpoint)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		ws, err := cl.Do(e.ctx, list)
+		if err != nil {
+			return err
+		}
+		if branch == "" {
+			branch = ws.Branch
+		}
+		node := ""
+		for _, b := range ws.Branches {
+			if b.Name == branch || b.NodeID == branch {
+				node = b.NodeID
+			}
+		}
+		if node == "" {
+			return api.Errorf(api.ErrNotFound, "rebase: no branch %q in %s", branch, list.Mountpoint)
+		}
+		resp, err := cl.Do(e.ctx, api.Request{Op: api.OpTreeRebase, TreeID: ws.TreeID, NodeID: node, Label: name.v})
+		if err != nil {
+			return err
+		}
+		resp.Branch = resp.NodeID // as the mount names it: its label if no other node has it
+		if ws, err = cl.Do(e.ctx, list); err == nil {
+			for _, b := range ws.Branches {
+				if b.NodeID == resp.NodeID {
+					resp.Branch = b.Name
+				}
+			}
+		}
+		if out.json {
+			return json.NewEncoder(e.stdout).Encode(resp)
+		}
+		fmt.Fprintf(e.stdout, "rebased %s as %s (%s)\n", branch, resp.Branch, filepath.Join(list.Mountpoint, "@"+resp.Branch))
+		printConflicts(e.stdout, resp.Conflicts)
+		return nil
 	}
 	return cmd
 }

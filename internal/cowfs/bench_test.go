@@ -267,6 +267,9 @@ func BenchmarkIoctl(b *testing.B) {
 //   - lookup: lstat of a base file the kernel has not seen yet;
 //   - stat: lstat of a file the kernel has cached;
 //   - create: open O_CREAT|O_EXCL + write 1 KiB + close in a new directory;
+//   - copy-up-after-stat, copy-up-after-read: the first write (open
+//     O_WRONLY + write 1 byte + close) to a base file already stat'ed or
+//     read (untimed);
 //   - open-read: open + read 1 KiB + close of a base file;
 //   - readdir: open + readdirnames + close of the 10,000-entry directory.
 func BenchmarkMeta(b *testing.B) {
@@ -332,6 +335,12 @@ func BenchmarkMeta(b *testing.B) {
 			i++
 		}
 	})
+	// A first write to a file the kernel knows already, stat'ed or read
+	// (untimed): the copy-up, and after a read (a passthrough open) the
+	// ESTALE round trip that moves the path to a new kernel inode.
+	for _, first := range []string{"stat", "read"} {
+		b.Run("copy-up-after-"+first, func(b *testing.B) { benchCopyUp(b, setup, files, first == "read") })
+	}
 	b.Run("open-read", func(b *testing.B) {
 		_, mnt := setup(b)
 		p := filepath.Join(mnt, "files", "f000002")
@@ -361,4 +370,37 @@ func BenchmarkMeta(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchCopyUp times the first write to base files the kernel knows: each
+// one stat'ed, or read through a passthrough open (then the write's open
+// answers ESTALE once and the kernel looks the path up again: see bind).
+func benchCopyUp(b *testing.B, setup func(b *testing.B) (*FS, string), files int, read bool) {
+	_, mnt := setup(b)
+	var st unix.Stat_t
+	i := 0
+	for b.Loop() {
+		if i == files {
+			b.Fatal("out of base files; run with -benchtime at most 10000x")
+		}
+		p := filepath.Join(mnt, "files", fmt.Sprintf("f%06d", i))
+		b.StopTimer()
+		if read {
+			if _, err := os.ReadFile(p); err != nil {
+				b.Fatal(err)
+			}
+		} else if err := unix.Lstat(p, &st); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := unix.Write(fd, []byte("z")); err != nil {
+			b.Fatal(err)
+		}
+		unix.Close(fd)
+		i++
+	}
 }

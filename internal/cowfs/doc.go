@@ -19,9 +19,12 @@
 //
 // As root, opened files are served by FUSE passthrough: the kernel does the
 // data I/O on our file descriptor and the daemon sees no reads or writes.
-// The kernel keeps one backing file per FUSE inode, so an open that finds a
-// new real file (a copy-up) while descriptors on the old one are open
-// answers ESTALE, and the kernel looks the path up again into a new inode.
+// The kernel keeps one backing file per FUSE inode, and go-fuse keeps it
+// until the inode's last release has returned from cowfs, so an open that
+// finds a new real file (a copy-up) while the old one may still back the
+// inode (a descriptor open, or a release in go-fuse's hands) answers
+// ESTALE, and the kernel looks the path up again into a new inode
+// (node.bind).
 // A branch with a quota is served without passthrough, so that its writes can
 // be counted. Under a store limit (a tree's disk budget) a descriptor opened
 // for writing gets passthrough only while the store has room
@@ -29,10 +32,25 @@
 // with FOPEN_DIRECT_IO, so that it can share its kernel inode with
 // passthrough descriptors, and each write is checked before it is made.
 //
+// Requests reach the daemon over FUSE over io_uring where the kernel offers
+// it (Config.Transport, transport.go: auto, uring or dev; the transport is
+// go-fuse's, in the fork under third_party/go-fuse), else by reads and
+// writes of /dev/fuse; FS.Transport says which.
+//
 // The kernel caches names, attributes and listings (30 s by default, and
 // directories open without an OPENDIR: rawdir.go); every change made through
 // one view is sent as an invalidation to every other view of the branch, in
-// every mount of the store (notify.go).
+// every mount of the store (notify.go). A copy-up changes the ctime of the
+// head directory it makes an entry in, which no request on that directory
+// told the kernel: every view, the writer's too, forgets its attributes
+// before the copying request answers (store.Event.Attr), or a cached stat
+// and an fstat after a listing would disagree (GNU tar: "file changed as
+// we read it").
+// A listing's READDIR offsets are
+// hashes of the names, served in hash order (dircookie.go): a directory
+// stream continued in a listing rebuilt after removals or additions (rm -r,
+// find -delete, git) lists every other entry exactly once and never fails
+// for it, and telldir/seekdir work.
 //
 // Exactly Linux inside a branch: new objects get the mode the kernel sent
 // (the caller's umask applied; the daemon's own umask undone); a name

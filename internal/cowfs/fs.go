@@ -66,6 +66,9 @@ type Config struct {
 	// FsName is the mount's source as mount(8) and /proc/self/mountinfo
 	// show it; default the store's base directory.
 	FsName string
+	// Transport of the FUSE requests: TransportAuto (default),
+	// TransportURing or TransportDev (transport.go).
+	Transport string
 
 	// viaFusermount mounts through fusermount3 even as root (tests of the
 	// path every non-root daemon takes).
@@ -116,6 +119,24 @@ type FS struct {
 	kills kills    // requests whose caller lacks CAP_FSETID (killpriv.go)
 
 	served struct{ reads, writes atomic.Int64 } // data requests the daemon served itself
+
+	// releasing counts the RELEASEs in go-fuse's hands: our
+	// handle.Release, then go-fuse's drop of the kernel inode's
+	// passthrough backing file (see node.bind).
+	releasing atomic.Int64
+}
+
+// releaseFS is go-fuse's bridge with its RELEASEs counted in
+// FS.releasing, from before handle.Release to after go-fuse is done.
+type releaseFS struct {
+	fuse.RawFileSystem
+	n *atomic.Int64
+}
+
+func (r *releaseFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	r.n.Add(1)
+	defer r.n.Add(-1)
+	r.RawFileSystem.Release(cancel, in)
 }
 
 // Served counts the READ and WRITE requests the daemon served itself (with
@@ -141,6 +162,12 @@ func Mount(cfg Config) (*FS, error) {
 	}
 	if cfg.Aborter == nil {
 		cfg.Aborter = &fusemount.Aborter{}
+	}
+	if err := CheckTransport(cfg.Transport); err != nil {
+		return nil, err
+	}
+	if cfg.Transport == "" {
+		cfg.Transport = defaultTransport
 	}
 	if cfg.FsName == "" {
 		cfg.FsName = cfg.Store.Base()
@@ -183,6 +210,7 @@ func Mount(cfg Config) (*FS, error) {
 			DisableReadDirPlus: true,
 			Options:            []string{"default_permissions"},
 			Debug:              cfg.Debug,
+			IOUring:            cfg.Transport != TransportDev,
 		},
 		// The store keeps the real inode numbers; go-fuse must not invent its own.
 		FirstAutomaticIno: 1 << 62,
@@ -234,7 +262,11 @@ func Mount(cfg Config) (*FS, error) {
 		opts.MountOptions.DirectMount = false
 		opts.MountOptions.DirectMountStrict = false
 	}
-	srv, err := fuse.NewServer(newDirFS(&killFS{RawFileSystem: fs.NewNodeFS(f.root, opts), kills: &f.kills}), target, &opts.MountOptions)
+	var raw fuse.RawFileSystem = &releaseFS{RawFileSystem: newDirFS(&killFS{RawFileSystem: fs.NewNodeFS(f.root, opts), kills: &f.kills}), n: &f.releasing}
+	if wrapRawForTest != nil {
+		raw = wrapRawForTest(raw)
+	}
+	srv, err := fuse.NewServer(raw, target, &opts.MountOptions)
 	if err != nil {
 		if atDir {
 			unix.Unmount(cfg.Mountpoint, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
@@ -251,6 +283,9 @@ func Mount(cfg Config) (*FS, error) {
 	}
 	go srv.Serve()
 	err = srv.WaitMount()
+	if err == nil {
+		err = checkURing(cfg.Transport, srv.Transport())
+	}
 	if err == nil && atDir {
 		// Where the mount is: the directory's name now (it cannot be
 		// renamed while mounted on), which must be the name asked for.
@@ -286,6 +321,7 @@ func Mount(cfg Config) (*FS, error) {
 	if m, ok := fusemount.Find(f.cfg.Mountpoint); ok && m.IsFUSE() {
 		f.mnt = m
 	}
+	f.log.Info("mounted", "mountpoint", f.cfg.Mountpoint, "branch", cfg.Branch, "fuse_transport", srv.Transport())
 	return f, nil
 }
 
@@ -345,8 +381,8 @@ func (f *FS) openFlags(h *handle) uint32 {
 // but a shared mapping of a direct descriptor puts the inode in cached mode,
 // so while a direct descriptor is open every new one is direct too
 // (node.addHandle).
-func (f *FS) newHandle(fd int, n *node, b *store.Branch, real string, write bool) *handle {
-	h := &handle{fd: fd, n: n, br: b, real: real, write: write}
+func (f *FS) newHandle(fd int, n *node, b *store.Branch, res store.Res, write bool) *handle {
+	h := &handle{fd: fd, n: n, br: b, real: res.Real, w: res.Writer, write: write}
 	quota := f.st.QuotaOf(b) > 0
 	switch {
 	case !f.passthrough:
@@ -820,9 +856,7 @@ func (f *FS) attrOf(b *store.Branch, rel string, out *fuse.AttrOut) syscall.Errn
 }
 
 // abandon closes a descriptor that will not become a handle.
-func (f *FS) abandon(fd int, real string, write bool) {
+func (f *FS) abandon(fd int, w *store.Writer) {
 	unix.Close(fd)
-	if write {
-		f.st.CloseWrite(real)
-	}
+	f.st.CloseWrite(w)
 }

@@ -3,6 +3,7 @@ package cowfs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/arbor-dev/arbor/internal/store"
@@ -17,8 +18,9 @@ type handle struct {
 	fd          int
 	n           *node
 	br          *store.Branch
-	real        string
-	write       bool // counted in the store's writers
+	real        string        // the real file at the open
+	w           *store.Writer // its count in the store's writers, if it has one
+	write       bool
 	lower       bool // counted in n.lowerOpen
 	passthrough bool
 	// metered: the daemon serves this descriptor's writes and counts them
@@ -93,11 +95,20 @@ func (h *handle) meteredWrite(ctx context.Context, data []byte, off int64) (uint
 func (h *handle) settle(reserved int64) {
 	var st unix.Stat_t
 	if unix.Fstat(h.fd, &st) != nil {
-		h.n.fs.st.Settle(h.real, reserved, -1)
-		h.n.fs.st.Measure(h.real)
+		h.n.fs.st.Settle(h.path(), reserved, -1)
+		h.n.fs.st.Measure(h.path())
 		return
 	}
-	h.n.fs.st.Settle(h.real, reserved, st.Blocks*512)
+	h.n.fs.st.Settle(h.path(), reserved, st.Blocks*512)
+}
+
+// path is where the real file is now: a writer's file moves with it (a
+// rename, a commit into main, a fork that keeps it apart).
+func (h *handle) path() string {
+	if h.w != nil {
+		return h.n.fs.st.WriterPath(h.w)
+	}
+	return h.real
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
@@ -108,10 +119,11 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	}
 	err := unix.Close(h.fd)
 	h.fd = -1
-	if h.write {
-		h.n.fs.st.CloseWrite(h.real)
-	}
+	h.n.fs.st.CloseWrite(h.w)
 	h.n.dropHandle(h)
+	if hook := afterDrop.Load(); hook != nil {
+		(*hook)(h)
+	}
 	if h.write && !h.n.isGone() {
 		// Every view, this one too: writes through a shared mapping
 		// changed the times without a request.
@@ -119,6 +131,11 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	}
 	return fs.ToErrno(err)
 }
+
+// afterDrop, set by tests only, runs in Release once the node no longer
+// counts the handle: go-fuse drops its passthrough backing file only after
+// Release returns.
+var afterDrop atomic.Pointer[func(h *handle)]
 
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	// Like close(2) on a dup, so that locks and NFS-style semantics hold.

@@ -28,16 +28,49 @@ type node struct {
 
 	mu        sync.Mutex           // guards the fields below
 	lowerOpen int                  // descriptors open on a lower copy of this inode
-	realIno   uint64               // for a regular file, the real file its descriptors are open on
 	handles   map[*handle]struct{} // open descriptors, for calls on an unlinked file
 	gone      bool                 // unlinked from this view
 	misses    map[string]struct{}  // for a view root, names it answered as absent (see missed)
+	realIno   uint64               // for a regular file, the real file its descriptors are open on
+	backed    bool                 // a passthrough descriptor was opened on it (see bind)
 
 	born time.Time // when a lookup made it (see young)
 }
 
 func (n *node) addHandle(h *handle) {
 	n.mu.Lock()
+	n.addHandleLocked(h)
+	n.mu.Unlock()
+}
+
+// bind adds h, open on the real file ino if regular, unless the kernel
+// inode must not take that file. A kernel inode's passthrough backing file
+// is the one its first open registered, and go-fuse drops it only after the
+// last Release has returned (it counts opens itself): an open on a new real
+// file (a copy-up) served meanwhile, even with no handle left on the node,
+// would do its I/O on the old file, which may be a frozen layer its parent
+// and siblings still show (TestOpenDuringLateRelease). So a node takes a
+// new real file only with no descriptor open and, if it ever had a
+// passthrough one, no RELEASE in go-fuse's hands (FS.releasing: a release
+// whose handle is dropped is counted until go-fuse is done). Otherwise bind
+// answers false, Open answers ESTALE, and the kernel looks the path up
+// again (LOOKUP_REVAL) into a new inode (viewGen changes with the real
+// file) and retries the open once, on it. The check and the add are one
+// critical section, so two opens racing on the node cannot both pass.
+func (n *node) bind(h *handle, regular bool, ino uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if regular && ino != n.realIno {
+		if len(n.handles) > 0 || n.backed && n.fs.releasing.Load() > 0 {
+			return false
+		}
+		n.realIno = ino
+	}
+	n.addHandleLocked(h)
+	return true
+}
+
+func (n *node) addHandleLocked(h *handle) {
 	if h.passthrough {
 		for o := range n.handles {
 			if o.direct {
@@ -55,7 +88,9 @@ func (n *node) addHandle(h *handle) {
 	if h.lower {
 		n.lowerOpen++
 	}
-	n.mu.Unlock()
+	if h.passthrough {
+		n.backed = true
+	}
 }
 
 func (n *node) dropHandle(h *handle) {
@@ -508,7 +543,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		fd, res, err = n.fs.st.OpenFile(b, rel, int(flags), 0, false)
 		if err == nil {
 			if err = unix.Fstat(fd, &st); err != nil {
-				n.fs.abandon(fd, res.Real, write)
+				n.fs.abandon(fd, res.Writer)
 			}
 		}
 	} else {
@@ -517,26 +552,15 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, errno(err)
 	}
-	real := res.Real
-	h := n.fs.newHandle(fd, n, b, real, write)
+	h := n.fs.newHandle(fd, n, b, res, write)
 	h.lower = res.Lower && !write
 	if write && h.passthrough && privServed(&st) {
 		h.passthrough, h.direct, h.metered = false, true, h.meter // its writes must reach us (killpriv.go)
 	}
-	n.mu.Lock()
-	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino != n.realIno {
-		if len(n.handles) > 0 {
-			// This kernel inode's backing file is the old real file, still
-			// open. ESTALE makes the kernel look the path up again
-			// (LOOKUP_REVAL) and retry the open once, on the new inode.
-			n.mu.Unlock()
-			n.fs.abandon(fd, real, write)
-			return nil, 0, syscall.ESTALE
-		}
-		n.realIno = st.Ino // nothing is open: this inode takes the new file
+	if !n.bind(h, st.Mode&unix.S_IFMT == unix.S_IFREG, st.Ino) {
+		n.fs.abandon(fd, res.Writer)
+		return nil, 0, syscall.ESTALE
 	}
-	n.mu.Unlock()
-	n.addHandle(h)
 	if flags&syscall.O_TRUNC != 0 && n.fs.killAsked(ctx) {
 		killPriv(ctx, fd) // an O_TRUNC by a caller without CAP_FSETID (killpriv.go)
 	}
@@ -648,17 +672,17 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		err = exactMode(mode, &st, func(m uint32) error { return unix.Fchmod(fd, m) })
 	}
 	if err != nil {
-		n.fs.abandon(fd, real, write)
+		n.fs.abandon(fd, made.Writer)
 		return nil, nil, 0, errno(err)
 	}
 	res, err := n.fs.st.Resolve(b, rel)
 	if err != nil {
-		n.fs.abandon(fd, real, write)
+		n.fs.abandon(fd, made.Writer)
 		return nil, nil, 0, errno(err)
 	}
 	in := n.child(ctx, name, res, &st, out)
 	c := in.Operations().(*node)
-	h := n.fs.newHandle(fd, c, b, real, write)
+	h := n.fs.newHandle(fd, c, b, made, write)
 	if write && h.passthrough && privServed(&st) {
 		h.passthrough, h.direct, h.metered = false, true, h.meter // its writes must reach us (killpriv.go)
 	}
@@ -871,7 +895,7 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	}
 	// The control file is reachable by name only: listed, git status and
 	// git add -A in a mount would take it for a file of the project.
-	return fs.NewListDirStream(out), 0
+	return newCookieStream(out), 0
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {

@@ -66,6 +66,10 @@ func (f *FS) stopNotifier() {
 // enqueue is the store's callback: it must not block.
 func (f *FS) enqueue(ev store.Event) {
 	f.nt.gens[stripe(ev.Branch)].Add(1)
+	if ev.Attr {
+		f.forgetAttrs(ev)
+		return
+	}
 	select {
 	case f.nt.ch <- ev:
 	default:
@@ -93,6 +97,20 @@ func (f *FS) notifyLoop() {
 			continue
 		}
 		f.apply(ev)
+	}
+}
+
+// forgetAttrs makes the kernel forget the attributes of ev.Path in every
+// view of ev.Branch it knows, now: a copy-up below it changed them while a
+// request (the one that copied up) is in flight. Unlike the notifier's
+// invalidations this one is safe from a request: an inode's attributes
+// alone (offset -1) are forgotten under no lock of the kernel's that a
+// request holds, and no page is touched.
+func (f *FS) forgetAttrs(ev store.Event) {
+	for _, v := range f.viewsOf(ev.Branch) {
+		if in := walk(v, ev.Path); in != nil {
+			in.NotifyContent(-1, 0)
+		}
 	}
 }
 

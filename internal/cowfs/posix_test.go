@@ -27,6 +27,18 @@ import (
 // waits for, while the FUSE server that would answer the fault waits for the
 // collector.
 func TestMain(m *testing.M) {
+	if t := os.Getenv("ARBOR_FUSE_TRANSPORT"); t != "" {
+		// Every mount of the tests (and of their child servers) on
+		// one transport: scripts/test.sh runs the package on both.
+		if err := CheckTransport(t); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		defaultTransport = t
+	}
+	if cfg := os.Getenv(rtClientEnv); cfg != "" {
+		os.Exit(rtClient(cfg))
+	}
 	if cfg := os.Getenv("ARBOR_COWFS_SERVE"); cfg != "" {
 		os.Exit(serveForTest(cfg))
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/arbor-dev/arbor/api"
 	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/audit"
+	"github.com/arbor-dev/arbor/internal/cowfs"
 	"github.com/arbor-dev/arbor/internal/engine"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
@@ -27,6 +28,8 @@ import (
 	"github.com/arbor-dev/arbor/internal/lineapi"
 	"github.com/arbor-dev/arbor/internal/mcpserver"
 	"github.com/arbor-dev/arbor/internal/metrics"
+	"github.com/arbor-dev/arbor/internal/vm"
+	"github.com/arbor-dev/arbor/internal/vmbackend"
 	"github.com/arbor-dev/arbor/internal/webui"
 	"github.com/arbor-dev/arbor/internal/workspace"
 )
@@ -47,7 +50,11 @@ type Config struct {
 	AuditLog string // the audit log of both faces; default Home/audit.log
 	// Passthrough: nil means FUSE passthrough when root.
 	Passthrough *bool
-	Logger      *slog.Logger
+	// FUSETransport is the mounts' FUSE transport (cowfs.Transport*; ""
+	// is auto: io_uring where the kernel has it, which the daemon turns
+	// on at start when root).
+	FUSETransport string
+	Logger        *slog.Logger
 	// Ready, if set, is closed once the socket accepts connections.
 	Ready chan<- struct{}
 	// MaxConns and MaxConnsPerUID cap the socket's connections, and
@@ -88,6 +95,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// once.
 	ab := &fusemount.Aborter{Logger: log}
 	ab.EnsureCtl()
+	if err := cowfs.CheckTransport(cfg.FUSETransport); err != nil {
+		return err
+	}
+	if cfg.FUSETransport != cowfs.TransportDev {
+		switch on, changed, err := fusemount.EnableURing(); {
+		case changed:
+			log.Info("FUSE over io_uring turned on", "param", fusemount.URingParam)
+		case !on:
+			log.Info("FUSE over io_uring unavailable: mounts read and write /dev/fuse", "err", err)
+		}
+	}
 	if err := lockHeld(lock, cfg.Home, ab, 10*time.Second); err != nil {
 		return fmt.Errorf("daemon: another arbord runs with home %s: %w: %w", cfg.Home, api.ErrBusy, err)
 	}
@@ -131,7 +149,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	defer auditFile.Close()          // after the cleanups below: the engine's views audit until it closes
 	aud := audit.New(auditFile, log) // one writer for every face
-	h, closeAll, err := compose(cfg.Home, cfg.Passthrough, ab, log, m, aud)
+	h, closeAll, err := compose(cfg.Home, cfg.Passthrough, cfg.FUSETransport, ab, log, m, aud)
 	if err != nil {
 		return err
 	}
@@ -218,12 +236,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 // The verbs a view's control files ask for come in through the router as
 // the faces' do, timed and counted as face "ctl" in m and audited in aud
 // (nil: neither).
-func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Logger, m *metrics.Metrics, aud *audit.Log) (r *router, closeAll func(), err error) {
+//
+// images, if given, change the image store's config (tests name a
+// stand-in builder there).
+func compose(home string, passthrough *bool, transport string, ab *fusemount.Aborter, log *slog.Logger, m *metrics.Metrics, aud *audit.Log, images ...func(*image.Config)) (r *router, closeAll func(), err error) {
 	rules, err := access.New(access.Config{Home: home})
 	if err != nil {
 		return nil, nil, err
 	}
-	ws, err := workspace.New(workspace.Config{Home: home, Passthrough: passthrough, Aborter: ab, Logger: log, Access: rules})
+	ws, err := workspace.New(workspace.Config{Home: home, Passthrough: passthrough, Transport: transport, Aborter: ab, Logger: log, Access: rules})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -237,14 +258,18 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 		}
 	}
 	// Root filesystem images, for jail trees that name one.
-	imgs, err := image.New(image.Config{Dir: filepath.Join(home, "images")})
+	icfg := image.Config{Dir: filepath.Join(home, "images")}
+	for _, f := range images {
+		f(&icfg)
+	}
+	imgs, err := image.New(icfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	r = &router{images: imgs}
 	eng, err := engine.New(engine.Config{
 		Home:     home, // trees.db and trees/<id>/
-		Backends: backends(log, imgs),
+		Backends: backends(home, log, imgs),
 		OpenFiles: func(ctx context.Context, dir, base string) (engine.Files, error) {
 			return ws.OpenTreeFiles(ctx, dir, base)
 		},
@@ -284,10 +309,22 @@ func compose(home string, passthrough *bool, ab *fusemount.Aborter, log *slog.Lo
 
 // backends are the sandbox backends this daemon serves: dir always, jail
 // when this process can run sandboxes (root, cgroups, and a binary that
-// calls jail.Main first); otherwise tree_create --backend jail gets the
-// engine's "unknown; this daemon serves dir".
-func backends(log *slog.Logger, imgs *image.Store) map[string]engine.OpenBackend {
+// calls jail.Main first), vm where QEMU, a guest kernel and the guest agent
+// (arbor-guest, next to this binary or on PATH) are (its images cached in
+// HOME/vm-images, with the host's python3 in the guest where there is
+// one); otherwise tree_create --backend jail gets the engine's
+// "unknown; this daemon serves dir".
+func backends(home string, log *slog.Logger, imgs *image.Store) map[string]engine.OpenBackend {
 	out := map[string]engine.OpenBackend{engine.BackendDir: engine.OpenDirBackend}
+	agent, _ := vmbackend.FindAgent()
+	vcfg := vmbackend.Config{VM: vm.Config{Home: filepath.Join(home, "vm-images"), Agent: agent, Include: vm.PythonInclude()}}
+	if err := vmbackend.Available(vcfg); err != nil {
+		if log != nil {
+			log.Info("backend vm not served", "why", err)
+		}
+	} else {
+		out[vmbackend.Name] = vmbackend.Open(vcfg)
+	}
 	if err := jailbackend.Available(); err != nil {
 		if log != nil {
 			log.Info("backend jail not served", "why", err)
@@ -328,8 +365,8 @@ func (r *router) Do(ctx context.Context, req api.Request) (api.Response, error) 
 		return api.Response{Status: "shutting_down"}, nil
 	case api.OpImageList, api.OpImageRm:
 		return r.image(ctx, req)
-	case api.OpImageBuild:
-		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: its reply is a stream: served over the socket's stream (client.BuildImage)", req.Op)
+	case api.OpImageBuild: // collected: the progress dropped (BuildImage streams it)
+		return r.BuildImage(ctx, req, func(string) error { return nil })
 	}
 	return r.eng.Do(ctx, req)
 }

@@ -22,9 +22,9 @@ func TestTreeBackendOverSocket(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	_, err := c.Do(ctx, api.Request{Op: api.OpTreeCreate, Base: tg.Base, Backend: "vm"})
+	_, err := c.Do(ctx, api.Request{Op: api.OpTreeCreate, Base: tg.Base, Backend: "nosuch"})
 	if !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), "serves dir") {
-		t.Fatalf("create with backend vm: %v, want bad_request naming dir", err)
+		t.Fatalf("create with backend nosuch: %v, want bad_request naming dir", err)
 	}
 	if _, err := c.Do(ctx, api.Request{Op: api.OpTreeCreate, TreeID: "x", Base: tg.Base}); err != nil {
 		t.Fatal(err)

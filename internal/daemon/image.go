@@ -7,18 +7,44 @@ import (
 	"strings"
 
 	"github.com/arbor-dev/arbor/api"
+	"github.com/arbor-dev/arbor/internal/access"
 	"github.com/arbor-dev/arbor/internal/image"
 )
 
 // The image verbs: the daemon builds images (it owns $ARBOR_HOME and runs
 // as root; internal/image's doc says why) and refuses to change or remove
 // one that a loaded tree runs on.
+//
+// Who may change the images: mmdebstrap runs as root, fetches and unpacks
+// packages and runs their maintainer scripts, and the image it makes is
+// the root of every jail tree that names it, whoever's tree that is. So
+// image_build and image_rm are for root and the daemon's own uid, as
+// shutdown is; a uid the socket merely admits (--allow-uid) may list the
+// images and run trees on them, not build, replace or remove them. The
+// HTTP and MCP faces ask as the daemon (their bearer token is the
+// daemon's, in its 0700 home), so a token holder may.
+
+// mayChangeImages refuses op unless ctx's requester is root or the
+// daemon's uid. A request that carries no credentials is refused too.
+func (r *router) mayChangeImages(ctx context.Context, op string) error {
+	cred, ok := access.FromContext(ctx)
+	if !ok {
+		return api.Errorf(api.ErrForbidden, "%s: the requester is unknown: only root and uid %d may change images", op, r.uid)
+	}
+	if cred.UID != 0 && cred.UID != r.uid {
+		return api.Errorf(api.ErrForbidden, "%s: uid %d may not change images (builds run as root; root and uid %d may)", op, cred.UID, r.uid)
+	}
+	return nil
+}
 
 // BuildImage serves image_build: progress gets each line of the build as
 // it comes; the reply is "image_built" with the image, Cached when its
 // inputs were built before.
 func (r *router) BuildImage(ctx context.Context, req api.Request, progress func(string) error) (api.Response, error) {
 	const op = api.OpImageBuild
+	if err := r.mayChangeImages(ctx, op); err != nil {
+		return api.Response{}, err
+	}
 	if req.Image == "" {
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: image (the name) is required", op)
 	}
@@ -66,6 +92,9 @@ func (r *router) image(ctx context.Context, req api.Request) (api.Response, erro
 		}
 		return api.Response{Status: "image_list", Images: out}, nil
 	default: // api.OpImageRm
+		if err := r.mayChangeImages(ctx, req.Op); err != nil {
+			return api.Response{}, err
+		}
 		if err := image.CheckName(req.Image); err != nil {
 			return api.Response{}, fmt.Errorf("%s: %w", req.Op, err)
 		}

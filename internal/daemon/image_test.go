@@ -31,7 +31,7 @@ func imageDaemon(t *testing.T) (*client.Client, string) {
 	if err := os.Symlink(testenv.ImageCache(), filepath.Join(home, "images")); err != nil {
 		t.Fatal(err)
 	}
-	r, closeAll, err := compose(home, nil, &fusemount.Aborter{}, nil, nil, nil)
+	r, closeAll, err := compose(home, nil, "", &fusemount.Aborter{}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/arbor-dev/arbor/internal/facetest"
 	"github.com/arbor-dev/arbor/internal/fusemount"
 	"github.com/arbor-dev/arbor/internal/httpapi"
+	"github.com/arbor-dev/arbor/internal/image"
 	"github.com/arbor-dev/arbor/internal/lineapi"
 	"github.com/arbor-dev/arbor/internal/testenv"
 )
@@ -27,7 +28,7 @@ const testToken = "daemon-test-token"
 func realTarget(t *testing.T) facetest.Target {
 	home, base := tempDir(t), tempDir(t)
 	writeFile(t, filepath.Join(base, "a.txt"), "base")
-	r, closeAll, err := compose(home, nil, &fusemount.Aborter{}, nil, nil, nil)
+	r, closeAll, err := compose(home, nil, "", &fusemount.Aborter{}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,46 +86,69 @@ func serve(t *testing.T, run func(ctx context.Context) error) {
 // against the daemon's router: the real engine on FUSE-mounted tree files.
 func TestScenarios(t *testing.T) {
 	testenv.NeedFUSE(t)
-	t.Run("Socket", func(t *testing.T) {
-		facetest.RunTarget(t, realTarget, func(t *testing.T, h facetest.Handler) facetest.Setup {
-			path := serveLine(t, h)
-			c := client.New(path)
-			t.Cleanup(func() { c.Close() })
-			return facetest.Setup{Face: c, Raw: func(ctx context.Context, body []byte) (string, error) {
-				r, err := rawLine(ctx, path, string(body))
-				if err != nil {
-					return "", err
-				}
-				if r.Status != api.StatusError {
-					return "", fmt.Errorf("reply %+v is not an error", r)
-				}
-				return r.Code, nil
-			}}
+	t.Run("Socket", func(t *testing.T) { facetest.RunTarget(t, realTarget, socketFace) })
+	t.Run("HTTP", func(t *testing.T) { facetest.RunTarget(t, realTarget, httpFace) })
+}
+
+// TestImageScenarios runs the faces' image scenarios over both faces
+// against the daemon's router, its image store building with a stand-in
+// for mmdebstrap (run as root inside unshare, as mmdebstrap is).
+func TestImageScenarios(t *testing.T) {
+	testenv.NeedRoot(t, "the image store runs its builder as root inside unshare")
+	testenv.NeedCommand(t, testenv.Root, "unshare")
+	imageTarget := func(t *testing.T) facetest.Target {
+		mm := facetest.StandInBuilder(t)
+		r, closeAll, err := compose(tempDir(t), nil, "", &fusemount.Aborter{}, nil, nil, nil, func(c *image.Config) {
+			c.Mmdebstrap, c.Sources = mm, []string{}
 		})
-	})
-	t.Run("HTTP", func(t *testing.T) {
-		facetest.RunTarget(t, realTarget, func(t *testing.T, h facetest.Handler) facetest.Setup {
-			base := serveHTTP(t, h)
-			tr := &http.Transport{MaxIdleConnsPerHost: 64}
-			t.Cleanup(tr.CloseIdleConnections)
-			hc := &http.Client{Transport: tr}
-			return facetest.Setup{Face: client.NewHTTP(base, testToken, hc), Raw: func(ctx context.Context, body []byte) (string, error) {
-				req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/trees", bytes.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+testToken)
-				res, err := hc.Do(req)
-				if err != nil {
-					return "", err
-				}
-				defer res.Body.Close()
-				var e api.Response
-				if err := json.NewDecoder(res.Body).Decode(&e); err != nil {
-					return "", err
-				}
-				if res.StatusCode != httpapi.Status(e.Code) {
-					return "", fmt.Errorf("HTTP %d for code %s", res.StatusCode, e.Code)
-				}
-				return e.Code, nil
-			}}
-		})
-	})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(closeAll)
+		return facetest.Target{Handler: r, Base: tempDir(t), Version: Version}
+	}
+	t.Run("Socket", func(t *testing.T) { facetest.RunImages(t, imageTarget, socketFace) })
+	t.Run("HTTP", func(t *testing.T) { facetest.RunImages(t, imageTarget, httpFace) })
+}
+
+// socketFace serves h on a fresh socket; the face is the Go client of it.
+func socketFace(t *testing.T, h facetest.Handler) facetest.Setup {
+	path := serveLine(t, h)
+	c := client.New(path)
+	t.Cleanup(func() { c.Close() })
+	return facetest.Setup{Face: c, Raw: func(ctx context.Context, body []byte) (string, error) {
+		r, err := rawLine(ctx, path, string(body))
+		if err != nil {
+			return "", err
+		}
+		if r.Status != api.StatusError {
+			return "", fmt.Errorf("reply %+v is not an error", r)
+		}
+		return r.Code, nil
+	}}
+}
+
+// httpFace serves h over HTTP on loopback; the face is the Go HTTP client.
+func httpFace(t *testing.T, h facetest.Handler) facetest.Setup {
+	base := serveHTTP(t, h)
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	t.Cleanup(tr.CloseIdleConnections)
+	hc := &http.Client{Transport: tr}
+	return facetest.Setup{Face: client.NewHTTP(base, testToken, hc), Raw: func(ctx context.Context, body []byte) (string, error) {
+		req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/trees", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		res, err := hc.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer res.Body.Close()
+		var e api.Response
+		if err := json.NewDecoder(res.Body).Decode(&e); err != nil {
+			return "", err
+		}
+		if res.StatusCode != httpapi.Status(e.Code) {
+			return "", fmt.Errorf("HTTP %d for code %s", res.StatusCode, e.Code)
+		}
+		return e.Code, nil
+	}}
 }

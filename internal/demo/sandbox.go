@@ -70,7 +70,7 @@ func (r *run) look(ctx context.Context, label string) (string, error) {
 		untarred <- err
 	}()
 	var stderr bytes.Buffer
-	err := r.runIn(ctx, label, []string{"python3", "-c", tarScript, workDir, vendoredPath}, nil, pw, &stderr)
+	err := r.runIn(ctx, label, []string{"tar", "-C", workDir, "--format=posix", "--exclude=./" + vendoredPath, "-cf", "-", "."}, nil, pw, &stderr)
 	pw.CloseWithError(err)
 	if uerr := <-untarred; err == nil {
 		err = uerr
@@ -80,18 +80,6 @@ func (r *run) look(ctx context.Context, label string) (string, error) {
 	}
 	return dir, nil
 }
-
-// tarScript writes a tar of the directory argv[1] but the file argv[2]
-// to stdout. Python's tarfile rather than GNU tar: tar, run in a child
-// right after the fork, finds a directory of the /tmp layer "changed as we
-// read it" (its first lstat and a later fstat disagree, with nothing
-// writing it), and fails.
-const tarScript = `import os, sys, tarfile
-root, skip = sys.argv[1], sys.argv[2]
-with tarfile.open(fileobj=sys.stdout.buffer, mode="w|", format=tarfile.PAX_FORMAT) as t:
-    os.chdir(root)
-    t.add(".", filter=lambda i: None if os.path.normpath(i.name) == skip else i)
-`
 
 // sample is the evidence in label's workspace, whose files root shows (a
 // copy from look on jail, where vendored.bin is summed in the sandbox).

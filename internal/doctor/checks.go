@@ -189,16 +189,19 @@ func checkFusectl(_ context.Context, h *host) Check {
 
 func checkIOUring(_ context.Context, h *host) Check {
 	const param = "/sys/module/fuse/parameters/enable_uring"
-	unused := "Arbor does not use it yet (go-fuse serves /dev/fuse with read and write): nothing is lost today"
+	dev := "Arbor's mounts read and write /dev/fuse (one read and one write per request)"
 	v, err := h.read(param)
 	if err != nil {
-		return missing("the kernel has no FUSE over io_uring (Linux 6.14+, CONFIG_FUSE_IO_URING; no "+param+"). "+unused, "")
+		return missing("the kernel has no FUSE over io_uring (Linux 6.14+, CONFIG_FUSE_IO_URING; no "+param+"). "+dev, "")
 	}
 	switch strings.TrimSpace(v) {
 	case "Y", "y", "1":
-		return ok("enabled (" + param + " = Y). " + unused)
+		return ok("enabled (" + param + " = Y): Arbor's mounts serve FUSE requests over io_uring (fuse_transport auto; a mount's transport is in arbord's log)")
 	}
-	return warn("built in but disabled ("+param+" = "+strings.TrimSpace(v)+"). "+unused, "echo Y > "+param+" (or fuse.enable_uring=1 on the kernel command line)")
+	if h.root() {
+		return warn("built in but disabled ("+param+" = "+strings.TrimSpace(v)+"). arbord as root turns it on at start (fuse_transport auto); until then "+dev, "echo Y > "+param+" (or fuse.enable_uring=1 on the kernel command line)")
+	}
+	return warn("built in but disabled ("+param+" = "+strings.TrimSpace(v)+"), and only root can turn it on: "+dev, "as root: echo Y > "+param+" (or fuse.enable_uring=1 on the kernel command line)")
 }
 
 func checkCgroup(_ context.Context, h *host) Check {

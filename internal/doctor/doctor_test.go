@@ -235,7 +235,7 @@ func TestChecks(t *testing.T) {
 			"dev_fuse":      {status: OK, contains: []string{"mode 0600, owner root:root", "only a root arbord can mount"}},
 			"fusermount3":   {status: Warn, contains: []string{"not installed", "arbord as root mounts with mount(2)", "instead of busy", "a non-root arbord cannot mount"}, fix: "apt-get install fuse3"},
 			"fusectl":       {status: Warn, contains: []string{"not mounted", "mounts it itself"}, fix: "mount -t fusectl none /sys/fs/fuse/connections"},
-			"fuse_io_uring": {status: Warn, contains: []string{"enable_uring = N", "does not use it yet"}, fix: "echo Y >"},
+			"fuse_io_uring": {status: Warn, contains: []string{"enable_uring = N", "turns it on at start", "read and write /dev/fuse"}, fix: "echo Y >"},
 			"cgroup": {status: Warn, contains: []string{"hybrid: v1 controllers cpu, memory, freezer, pids;",
 				"cgroup2 at /sys/fs/cgroup/unified with controllers hugetlb", "cgroup.kill and cgroup.freeze (by the kernel's version",
 				"cgroup2 lacks memory and pids"}, fix: "systemd.unified_cgroup_hierarchy=1"},

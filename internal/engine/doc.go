@@ -181,7 +181,10 @@
 // A tree belongs to the uid that made it (treeMeta.Owner; requests without
 // credentials are the daemon's own). Every verb on a tree, Watch of it and
 // a view of its base is refused (forbidden) to other uids but root and the
-// daemon's; tree_list shows a uid its own trees.
+// daemon's; tree_list shows a uid its own trees. Only root and the
+// daemon's uid may own a tree whose backend runs processes (any but dir:
+// mayOwnSandboxes, checked at tree_create and at each backend open), since
+// a sandbox's processes are root inside it.
 //
 // # Locking
 //

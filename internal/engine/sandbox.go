@@ -38,6 +38,11 @@ func (e *Engine) openBackend(id string, tm treeMeta, budget api.Budget) (Backend
 	if !ok {
 		return nil, api.Errorf(api.ErrUnavailable, "tree %s: its backend %q is not served by this daemon", id, name)
 	}
+	if tm.Owner != nil {
+		if err := mayOwnSandboxes(name, *tm.Owner); err != nil {
+			return nil, fmt.Errorf("tree %s: %w", id, err)
+		}
+	}
 	dir := filepath.Join(e.treeDir(id), "backend")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("tree %s: backend directory: %w: %w", id, api.ErrInternal, err)
@@ -190,3 +195,18 @@ type detached struct {
 }
 
 func (d detached) Value(key any) any { return d.values.Value(key) }
+
+// mayOwnSandboxes says whether uid may own a tree on backend: any uid a
+// files-only tree (dir), but only root and the daemon's own uid one whose
+// backend runs processes. A sandbox's processes run as root inside it (no
+// user namespace): they read what only root reads on the host (/etc/shadow
+// through the host's /etc) and write root-owned, setuid files into the
+// tree's files, which a commit carries into the owner's base directory, a
+// root shell for whoever made the tree. Until sandboxes run as their
+// owner, a non-root uid admitted on the socket gets ErrForbidden.
+func mayOwnSandboxes(backend string, uid uint32) error {
+	if backend == BackendDir || uid == 0 || uid == uint32(os.Geteuid()) {
+		return nil
+	}
+	return api.Errorf(api.ErrForbidden, "backend %s runs processes as root in their sandbox: only root may own such a tree, not uid %d (a files-only tree, --backend dir, it may)", backend, uid)
+}

@@ -229,6 +229,11 @@ func (e *Engine) create(ctx context.Context, req api.Request) (api.Response, err
 	if req.Image == "host" { // the default root, named
 		req.Image = ""
 	}
+	if cred, ok := access.FromContext(ctx); ok {
+		if err := mayOwnSandboxes(backend, cred.UID); err != nil {
+			return api.Response{}, fmt.Errorf("%s: %w", op, err)
+		}
+	}
 	if req.TreeID != "" && !treeIDRE.MatchString(req.TreeID) {
 		return api.Response{}, api.Errorf(api.ErrBadRequest, "%s: tree_id %q: want 1-64 of [A-Za-z0-9._-], not starting with . - _", op, req.TreeID)
 	}

@@ -52,11 +52,14 @@ const callTimeout = 2 * time.Minute
 type arborSys struct {
 	depth   int
 	profile string // the server's CPU profile, if set
+	// transport is the mount's FUSE transport (cowfs.Config.Transport).
+	transport string
 
 	mu    sync.Mutex // one request at a time on the pipe
 	cmd   *exec.Cmd
 	in    io.WriteCloser
 	out   *bufio.Reader
+	outR  *os.File // out's pipe: ours, so that Wait does not close it (see Setup)
 	done  chan struct{}
 	mnt   string
 	seq   atomic.Int64
@@ -77,6 +80,9 @@ func (a *arborSys) Name() string {
 // SetCPUProfile makes the server write its CPU profile to path.
 func (a *arborSys) SetCPUProfile(path string) { a.profile = path }
 
+// SetTransport sets the mount's FUSE transport (cowfs.Transport*).
+func (a *arborSys) SetTransport(t string) { a.transport = t }
+
 // serveReq and serveResp are the pipe's lines.
 type serveReq struct {
 	Op      string `json:"op"` // setup, fork, commit, abort, close
@@ -84,8 +90,10 @@ type serveReq struct {
 	Scratch string `json:"scratch,omitempty"`
 	Depth   int    `json:"depth,omitempty"`
 	Profile string `json:"profile,omitempty"`
-	Name    string `json:"name,omitempty"`
-	Durable bool   `json:"durable,omitempty"`
+	// Transport is the mount's FUSE transport (setup).
+	Transport string `json:"transport,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Durable   bool   `json:"durable,omitempty"`
 }
 
 type serveResp struct {
@@ -112,18 +120,30 @@ func (a *arborSys) Setup(ctx context.Context, base, scratch string) (string, err
 	if err != nil {
 		return "", err
 	}
-	out, err := cmd.StdoutPipe()
+	// Not cmd.StdoutPipe: Wait, which runs beside the reads here, closes
+	// that pipe as soon as the server exits, and the server exits right
+	// after it answers "close": the answer was lost now and then, and
+	// Teardown failed with "the mount's server is gone: read |0: file
+	// already closed". A pipe of our own is read to its end.
+	outR, outW, err := os.Pipe()
 	if err != nil {
+		in.Close()
 		return "", err
 	}
-	if err := cmd.Start(); err != nil {
+	cmd.Stdout = outW
+	err = cmd.Start()
+	outW.Close()
+	if err != nil {
+		in.Close()
+		outR.Close()
 		return "", fmt.Errorf("%s: start the mount's server: %w", a.Name(), err)
 	}
-	a.cmd, a.in, a.out, a.done = cmd, in, bufio.NewReader(out), make(chan struct{})
+	a.cmd, a.in, a.out, a.outR, a.done = cmd, in, bufio.NewReader(outR), outR, make(chan struct{})
 	go func() { cmd.Wait(); close(a.done) }()
-	r, err := a.call(serveReq{Op: "setup", Base: base, Scratch: scratch, Depth: a.depth, Profile: a.profile})
+	r, err := a.call(serveReq{Op: "setup", Base: base, Scratch: scratch, Depth: a.depth, Profile: a.profile, Transport: a.transport})
 	if err != nil {
 		a.kill(filepath.Join(scratch, "mnt"))
+		a.outR.Close()
 		return "", fmt.Errorf("%s: %w", a.Name(), err)
 	}
 	a.mnt, a.setUp = r.Mnt, true
@@ -149,6 +169,9 @@ func (a *arborSys) call(req serveReq) (serveResp, error) {
 	if _, err := a.in.Write(append(line, '\n')); err != nil {
 		return serveResp{}, fmt.Errorf("%s: the mount's server is gone: %w", req.Op, err)
 	}
+	if beforeRead != nil {
+		beforeRead(a)
+	}
 	b, err := a.out.ReadBytes('\n')
 	if err != nil {
 		return serveResp{}, fmt.Errorf("%s: the mount's server is gone: %w", req.Op, err)
@@ -163,6 +186,10 @@ func (a *arborSys) call(req serveReq) (serveResp, error) {
 	}
 	return r, nil
 }
+
+// beforeRead, set by tests only, runs in call between the request and the
+// read of its answer.
+var beforeRead func(a *arborSys)
 
 // kill ends a server that did not close, and frees its mount.
 func (a *arborSys) kill(mnt string) {
@@ -191,6 +218,7 @@ func (a *arborSys) Teardown(ctx context.Context) error {
 		err = errors.Join(err, fmt.Errorf("%s: the mount's server did not exit; killed", a.Name()))
 		a.kill(a.mnt)
 	}
+	a.outR.Close()
 	return err
 }
 
@@ -318,7 +346,7 @@ func (sv *server) setup(req serveReq) (string, error) {
 		st.Close()
 		return "", err
 	}
-	f, err := cowfs.Mount(cowfs.Config{Store: st, Mountpoint: mnt, Branch: leaf})
+	f, err := cowfs.Mount(cowfs.Config{Store: st, Mountpoint: mnt, Branch: leaf, Transport: req.Transport})
 	if err != nil {
 		st.Close()
 		return "", err

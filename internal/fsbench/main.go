@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/arbor-dev/arbor/internal/cowfs"
 	"io"
 	"log/slog"
 	"os"
@@ -27,6 +28,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, extra []
 		verbose  = fset.Bool("v", false, "log progress to stderr")
 		list     = fset.Bool("list", false, "list the cases and systems, and exit")
 		cpuProf  = fset.String("cpuprofile", "", "write a CPU profile of the run to this file, and each Arbor mount server's to FILE.SYSTEM")
+		fuseTr   = fset.String("fuse-transport", "", "the Arbor mounts' FUSE transport: auto (default), uring or dev")
 		caseList listFlag
 		sysList  listFlag
 	)
@@ -68,6 +70,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, extra []
 	cfg.Cases, cfg.Systems = caseList, sysList
 	if *verbose {
 		cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	if err := cowfs.CheckTransport(*fuseTr); err != nil {
+		fmt.Fprintf(stderr, "bench fs: --fuse-transport: %v\n", err)
+		return 2
+	}
+	for _, s := range systems {
+		if t, ok := s.(interface{ SetTransport(string) }); ok {
+			t.SetTransport(*fuseTr)
+		}
 	}
 	if *cpuProf != "" {
 		for _, s := range systems {

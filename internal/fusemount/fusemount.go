@@ -19,6 +19,9 @@
 // ErrCannotAbort and the caller uses the next best way: detach the mount
 // and stop waiting for the server's loops, which end when the process
 // exits and the kernel closes its /dev/fuse descriptor.
+//
+// EnableURing turns on the FUSE module's switch for FUSE over io_uring
+// (root only), which arbord does at start so that its mounts can use it.
 package fusemount
 
 import (

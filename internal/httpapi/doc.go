@@ -58,6 +58,16 @@
 // 100-continue" gets its 100 Continue only once the write is accepted (the
 // body is first read then), so a refusal is its reply.
 //
+// # Images
+//
+// POST /v1/images (api.ImageBuildBody) builds an image the same two ways
+// (the Handler's BuildImage, ImageBuilder): collected, the image_built
+// reply once the build ends; streamed, image_progress lines as it goes,
+// then image_built. The request's end cancels the build. GET /v1/images is
+// image_list, DELETE /v1/images/{image} image_rm. The token counts as the
+// daemon's user, which may build and remove images (the daemon refuses
+// other socket uids).
+//
 // # Security
 //
 // Every route but /healthz and GET /ui/ (static files, no data) needs

@@ -110,6 +110,8 @@ func (s *Server) handler(v api.Verb) http.Handler {
 		return s.fileRead(v)
 	case api.OpFileWrite:
 		return s.fileWrite(v)
+	case api.OpImageBuild:
+		return s.imageBuild(v)
 	}
 	return s.verb(v)
 }

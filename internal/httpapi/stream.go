@@ -30,6 +30,11 @@ type (
 	Logger interface {
 		Logs(ctx context.Context, req api.Request, out func(api.ExecOutput) error) (*api.ExecExit, error)
 	}
+	// ImageBuilder serves image_build: progress gets each line of the
+	// build as it comes; an error from it cancels the build.
+	ImageBuilder interface {
+		BuildImage(ctx context.Context, req api.Request, progress func(string) error) (api.Response, error)
+	}
 )
 
 // streamWriteTimeout bounds one write of a stream: a client that stops
@@ -221,6 +226,50 @@ func (s *Server) logs(v api.Verb) http.Handler {
 		})
 		s.endStream(w, l, req, api.Response{Status: api.OpExecLogs, TreeID: req.TreeID, NodeID: req.NodeID, ProcessID: req.ProcessID, Exit: x}, err, start)
 	})
+}
+
+// imageBuild serves POST /v1/images: the build's progress lines stream
+// (NDJSON or SSE, each an image_progress reply) before its image_built
+// reply, or, collected, the image_built reply alone once the build ends.
+// A client that goes away cancels the build (it leaves nothing behind).
+func (s *Server) imageBuild(v api.Verb) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, b, start, ok := begin[ImageBuilder](s, w, r, v)
+		if !ok {
+			return
+		}
+		ctx := access.WithCred(r.Context(), s.self)
+		form := streamForm(r)
+		var l *lines
+		progress := func(string) error { return nil } // collected: the request's end cancels the build
+		if form != formCollected {
+			l = &lines{w: w, rc: http.NewResponseController(w), form: form}
+			progress = func(line string) error {
+				return l.send(api.Response{Status: api.StatusImageProgress, Progress: line})
+			}
+		}
+		resp, err := s.callBuild(ctx, b, req, progress)
+		if l != nil {
+			s.endStream(w, l, req, resp, err, start)
+			return
+		}
+		if err != nil {
+			s.fail(w, req.Op, err, start)
+			return
+		}
+		writeJSON(w, http.StatusOK, resp)
+		s.cfg.Metrics.Observe(metrics.FaceHTTP, req.Op, metrics.CodeOK, time.Since(start))
+	})
+}
+
+func (s *Server) callBuild(ctx context.Context, b ImageBuilder, req api.Request, progress func(string) error) (resp api.Response, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("httpapi: image_build panic", "panic", p, "stack", string(debug.Stack()))
+			err = api.Errorf(api.ErrInternal, "image_build: the daemon failed serving this request")
+		}
+	}()
+	return b.BuildImage(ctx, req, progress)
 }
 
 // File headers of GET .../files/{path}: what file_read's last line says.

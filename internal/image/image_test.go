@@ -413,3 +413,37 @@ func BenchmarkBuildCached(b *testing.B) {
 	slices.Sort(d)
 	b.ReportMetric(float64(d[len(d)/2])/1e6, "p50-ms")
 }
+
+// TestAttackBuildArguments: what reaches mmdebstrap's command line from a
+// request (name, suite, variant, packages) cannot be an option, a hook, a
+// path, an apt pattern or shell syntax; each is refused before anything
+// runs (no mmdebstrap is installed here: the refusal is Normalize's).
+func TestAttackBuildArguments(t *testing.T) {
+	s, err := image.New(image.Config{Dir: t.TempDir(), Sources: []string{}, Mmdebstrap: "/nonexistent/mmdebstrap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := []image.Spec{
+		{Name: "a", Packages: []string{"--customize-hook=chroot \"$1\" sh"}},
+		{Name: "a", Packages: []string{"a,--customize-hook=x"}},
+		{Name: "a", Packages: []string{"/tmp/evil.deb"}}, {Name: "a", Packages: []string{"./evil.deb"}},
+		{Name: "a", Packages: []string{"?name(.*)"}}, {Name: "a", Packages: []string{"bash=1.0"}}, {Name: "a", Packages: []string{"bash/sid"}},
+		{Name: "a", Packages: []string{"a$(id)"}}, {Name: "a", Packages: []string{"a b"}}, {Name: "a", Packages: []string{"a\n--hook-dir=/"}},
+		{Name: "a", Suite: "--hook-dir=/tmp"}, {Name: "a", Suite: "-v"}, {Name: "a", Suite: "bookworm /etc"}, {Name: "a", Suite: "http://evil/"},
+		{Name: "a", Variant: "--mode=unshare"}, {Name: "a", Variant: "minbase --customize-hook=x"},
+		{Name: "a", Mirror: "http://evil/\ndeb [trusted=yes] http://evil/ sid main"}, {Name: "a", Mirror: "-"}, {Name: "a", Mirror: "/etc/apt/sources.list"},
+		{Name: "-x"}, {Name: "/etc"}, {Name: "a/../../b"}, {Name: ".."}, {Name: strings.Repeat("a", 65)}, {Name: ".lock"}, {Name: ".build-x"},
+	}
+	for _, sp := range bad {
+		if _, _, err := s.Build(context.Background(), sp, func(l string) { t.Errorf("%+v: a build started: %s", sp, l) }); !errors.Is(err, api.ErrBadRequest) {
+			t.Errorf("%+v: %v, want bad request", sp, err)
+		}
+	}
+	// The hash's inputs cannot be shifted from one field into another to
+	// collide with another image's id.
+	a, _ := s.Normalize(image.Spec{Name: "a", Suite: "bookworm", Packages: []string{"ab"}, Mirror: "http://m"})
+	b, _ := s.Normalize(image.Spec{Name: "a", Suite: "bookworm", Packages: []string{"a", "b"}, Mirror: "http://m"})
+	if image.ID(a) == image.ID(b) {
+		t.Errorf("packages [ab] and [a b] share id %s", image.ID(a))
+	}
+}

@@ -35,6 +35,9 @@
 // host's /usr, /bin, /lib*, /etc, /sbin (symlinks copied as symlinks),
 // /workspace and /tmp bound read-write (nosuid, nodev), a fresh /proc, and
 // a /dev of null, zero, full, random, urandom, tty and a private devpts.
+// On the host's root the host's secrets in /etc (password hashes, SSH host
+// keys, TLS private keys: hostSecrets) are covered by empty read-only
+// binds, since root inside owns and reads them.
 // init pivots into it; user processes are further chrooted to its /r,
 // which makes the kernel refuse them a user namespace whatever the
 // syscall.
@@ -47,11 +50,14 @@
 // killed and reaped by Stop (network.go).
 //
 // The policy of a user process (policy.go): capabilities cut to Docker's
-// default set less CAP_SYS_CHROOT and CAP_MKNOD, no_new_privs, a Landlock
-// domain (writes only beneath /workspace, /tmp, /dev/pts and to the
-// device nodes; signals and abstract sockets scoped to the domain), and
+// default set less CAP_SYS_CHROOT, CAP_MKNOD and CAP_SETFCAP, no_new_privs,
+// a Landlock domain (writes only beneath /workspace, /tmp, /dev/pts and to
+// the device nodes; signals and abstract sockets scoped to the domain), and
 // a seccomp deny-list (mount, namespaces, ptrace, kernel modules, kexec,
-// bpf, perf_event_open, keyctl, ...). All are per thread in Linux: init
+// bpf, perf_event_open, keyctl, io_uring, openat2, ...) that also refuses
+// a setuid or setgid mode to chmod, open, creat and mknod: a file the
+// sandbox writes reaches the tree's base at a commit, so it may carry
+// neither those bits nor a file capability. All are per thread in Linux: init
 // applies them to one locked thread and forks every user process from it.
 //
 // # Locking

@@ -170,6 +170,11 @@ func buildSkeleton(top, rootDir string, hostDirs []string) error {
 			return err
 		}
 	}
+	if rootDir == "" {
+		if err := maskSecrets(top, r); err != nil {
+			return err
+		}
+	}
 	if err := unix.Mount("proc", r+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("proc: %w", err)
 	}
@@ -215,6 +220,47 @@ func finishRoot(top string, s *setup) error {
 
 // bindReadOnly binds src (with its submounts) at dst and makes every
 // mount of it read-only, nosuid, nodev.
+// hostSecrets are the host's files and directories (patterns) that a
+// sandbox on the host's root sees empty: its /etc is the host's, and root
+// inside (uid 0, the files' owner) reads what root reads there. An image's
+// /etc is its own.
+var hostSecrets = []string{"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+	"/etc/ssh/ssh_host_*_key", "/etc/ssl/private", "/etc/security/opasswd"}
+
+// maskSecrets binds an empty file or directory, read-only, over each of
+// hostSecrets present in the skeleton at r (top holds the empty ones, out
+// of the user's chroot).
+func maskSecrets(top, r string) error {
+	empty, emptyDir := filepath.Join(top, "empty"), filepath.Join(top, "emptydir")
+	if err := os.WriteFile(empty, nil, 0o444); err != nil {
+		return err
+	}
+	if err := os.Mkdir(emptyDir, 0o755); err != nil {
+		return err
+	}
+	for _, pat := range hostSecrets {
+		matches, _ := filepath.Glob(pat)
+		for _, m := range matches {
+			dst := filepath.Join(r, m)
+			fi, err := os.Lstat(dst)
+			if err != nil {
+				continue // not under a bound directory
+			}
+			src := empty
+			switch {
+			case fi.IsDir():
+				src = emptyDir
+			case !fi.Mode().IsRegular():
+				continue // a symlink (resolved inside the sandbox) or a device
+			}
+			if err := bindReadOnly(src, dst); err != nil {
+				return fmt.Errorf("mask %s: %w", m, err)
+			}
+		}
+	}
+	return nil
+}
+
 func bindReadOnly(src, dst string) error {
 	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind %s: %w", src, err)

@@ -156,7 +156,7 @@ func TestDenied(t *testing.T) {
 		t.Error("the sibling's sleep died")
 	}
 	out, _, _ = sh(t, s, `grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\t' ' '`)
-	for _, want := range []string{"CapEff: 00000000a00025fb", "CapBnd: 00000000a00025fb", "NoNewPrivs: 1", "Seccomp: 2"} {
+	for _, want := range []string{"CapEff: 00000000200025fb", "CapBnd: 00000000200025fb", "NoNewPrivs: 1", "Seccomp: 2"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status %q lacks %q", out, want)
 		}

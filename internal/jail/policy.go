@@ -17,12 +17,29 @@ import (
 // threads keep what they need (cgroup and pty setup, reaping, killing).
 
 // keptCaps is Docker's default set less CAP_SYS_CHROOT (a chroot is the
-// one wall inside the root: see init.go) and CAP_MKNOD: root inside the
-// sandbox owns its files and processes, nothing of the host's.
+// one wall inside the root: see init.go), CAP_MKNOD and CAP_SETFCAP: root
+// inside the sandbox owns its files and processes, nothing of the host's,
+// and gives no file a capability (a file of /workspace lands in the
+// tree's base at a commit, where a host user could run it).
 var keptCaps = []uintptr{
 	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_FSETID,
 	unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_SETPCAP,
-	unix.CAP_NET_BIND_SERVICE, unix.CAP_NET_RAW, unix.CAP_AUDIT_WRITE, unix.CAP_SETFCAP,
+	unix.CAP_NET_BIND_SERVICE, unix.CAP_NET_RAW, unix.CAP_AUDIT_WRITE,
+}
+
+// setidModes are the mode bits no sandboxed process may give a file: a
+// setuid-root (or setgid) program written in /workspace would reach the
+// tree's base at a commit, a root shell for any host user who runs it.
+var setidModes = []seccomp.NameWithConditions{
+	{Name: "chmod", Conditions: []seccomp.Condition{{Argument: 1, Operation: seccomp.BitsSet, Value: unix.S_ISUID | unix.S_ISGID}}},
+	{Name: "fchmod", Conditions: []seccomp.Condition{{Argument: 1, Operation: seccomp.BitsSet, Value: unix.S_ISUID | unix.S_ISGID}}},
+	{Name: "fchmodat", Conditions: []seccomp.Condition{{Argument: 2, Operation: seccomp.BitsSet, Value: unix.S_ISUID | unix.S_ISGID}}},
+	{Name: "fchmodat2", Conditions: []seccomp.Condition{{Argument: 2, Operation: seccomp.BitsSet, Value: unix.S_ISUID | unix.S_ISGID}}},
+	{Name: "creat", Conditions: []seccomp.Condition{{Argument: 1, Operation: seccomp.BitsSet, Value: unix.S_ISUID | unix.S_ISGID}}},
+	{Name: "open", Conditions: []seccomp.Condition{{Argument: 2, Operation: seccomp.BitsSet, Value: unix.S_ISUID | unix.S_ISGID}}},
+	{Name: "openat", Conditions: []seccomp.Condition{{Argument: 3, Operation: seccomp.BitsSet, Value: unix.S_ISUID | unix.S_ISGID}}},
+	{Name: "mknod", Conditions: []seccomp.Condition{{Argument: 1, Operation: seccomp.BitsSet, Value: unix.S_ISUID | unix.S_ISGID}}},
+	{Name: "mknodat", Conditions: []seccomp.Condition{{Argument: 2, Operation: seccomp.BitsSet, Value: unix.S_ISUID | unix.S_ISGID}}},
 }
 
 // dropCaps shrinks the calling thread's bounding set to keptCaps and
@@ -103,7 +120,14 @@ func seccompFilter() seccomp.Filter {
 						"open_by_handle_at", "name_to_handle_at",
 						"settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
 						"fanotify_init",
+						// their modes are in memory, beyond the checks of
+						// setidModes (io_uring's opens too)
+						"openat2", "io_uring_setup", "io_uring_enter", "io_uring_register",
 					},
+				},
+				{
+					Action:             seccomp.ActionErrno,
+					NamesWithCondtions: setidModes,
 				},
 				{
 					Action: seccomp.ActionErrno,

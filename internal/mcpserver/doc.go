@@ -31,6 +31,13 @@
 // exec on a dir tree answers the tool error not_supported (the dir backend
 // runs no processes); the files tools serve every backend.
 //
+// list_images and build_image are the image verbs: build_image runs the
+// whole build in the tool call (minutes for a first build, at once when
+// cached), each progress line a notifications/progress when the call
+// carries a progress token, cancelled with the call; it is the daemon's
+// (root and its uid; the HTTP token counts as the daemon), like image_rm,
+// which has no tool.
+//
 // Sharp edges: a session that disconnects without
 // unsubscribing (the legacy protocol has no signal for it) keeps its tree's
 // watch open until that tree's next event, when the watch finds no live

@@ -33,6 +33,7 @@ type CreateTreeIn struct {
 	MaxLiveRAMBytes int64  `json:"max_live_ram_bytes,omitempty" jsonschema:"budget: most RAM the live nodes hold, in bytes (default 8 GiB)"`
 	MaxDiskBytes    int64  `json:"max_disk_bytes,omitempty" jsonschema:"budget: most disk the tree's nodes hold, in bytes (default 32 GiB)"`
 	Backend         string `json:"backend,omitempty" jsonschema:"what each live node runs: dir (files only, the default) or jail (a process sandbox per node: exec works)"`
+	Image           string `json:"image,omitempty" jsonschema:"backend jail only: the root filesystem image the sandboxes run on (list_images, build_image); omitted, the host's"`
 }
 
 // CreateTreeOut is create_tree's output.
@@ -112,7 +113,7 @@ func (s *Server) addTools() {
 	tool(s, &mcp.Tool{Name: "create_tree", Annotations: mutating,
 		Description: "Create a tree over a base directory. Its root node shows the directory's files; fork the root to explore changes without touching the directory until a child is committed into the root."},
 		func(ctx context.Context, in CreateTreeIn) (CreateTreeOut, error) {
-			req := api.Request{Op: api.OpTreeCreate, TreeID: in.TreeID, Base: in.Base, Backend: in.Backend}
+			req := api.Request{Op: api.OpTreeCreate, TreeID: in.TreeID, Base: in.Base, Backend: in.Backend, Image: in.Image}
 			if b := (api.Budget{MaxLiveNodes: in.MaxLiveNodes, MaxLiveRAMBytes: in.MaxLiveRAMBytes, MaxDiskBytes: in.MaxDiskBytes}); b != (api.Budget{}) {
 				req.Budget = &b
 			}
@@ -169,6 +170,7 @@ func (s *Server) addTools() {
 			return DiffOut{Changes: nonNil(r.Changes)}, err
 		})
 	s.addSandboxTools(ro, mutating)
+	s.addImageTools(ro, mutating)
 }
 
 // tool registers a typed tool whose errors become tool errors with our codes.

@@ -45,13 +45,10 @@
 //
 // # Sharp edges
 //
-// A recursive remove reads a directory's names whole before it removes
-// them: a directory stream left open on the FUSE files layer while its
-// subdirectories are read failed those reads (EINVAL). A write's temporary
-// name (.arbor-write-PID-N, store.TempPrefix) is visible in the directory
-// while the data comes (the files layer has no O_TMPFILE), and a fork made
-// meanwhile carries it. A daemon killed meanwhile leaves it until the next
-// start: the Journal in the write's context (the engine's, per tree) names
-// it and Reap removes it when the tree loads; the store drops such names
-// from its layers at Open.
+// A write's temporary name (.arbor-write-PID-N, store.TempPrefix) is
+// visible in the directory while the data comes (the files layer has no
+// O_TMPFILE), and a fork made meanwhile carries it. A daemon killed
+// meanwhile leaves it until the next start: the Journal in the write's
+// context (the engine's, per tree) names it and Reap removes it when the
+// tree loads; the store drops such names from its layers at Open.
 package nodefs

@@ -36,6 +36,10 @@ type FS struct {
 // MaxList bounds the entries of one List.
 const MaxList = 100_000
 
+// removeBatch is how many names a recursive remove reads from a directory
+// before it removes them and reads on.
+const removeBatch = 256
+
 // New returns the FS over roots; the first is where a path under no
 // root's prefix goes.
 func New(roots ...Root) (*FS, error) {
@@ -356,18 +360,23 @@ func removeAt(ctx context.Context, dfd int, name string, recursive bool) error {
 		}
 		d := os.NewFile(uintptr(fd), name)
 		defer d.Close()
-		// All names first: a FUSE directory stream left open while its
-		// subdirectories are read fails them (EINVAL) on cowfs.
-		names, err := d.Readdirnames(-1)
-		if err != nil {
-			return unwrapPath(err)
-		}
-		for _, n := range names {
-			if err := ctx.Err(); err != nil {
-				return err
+		// A batch of names at a time, removed before the next is read,
+		// as rm -r does: the stream stays open while the children are.
+		for {
+			names, err := d.Readdirnames(removeBatch)
+			for _, n := range names {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if err := removeAt(ctx, fd, n, true); err != nil && err != unix.ENOENT {
+					return err
+				}
 			}
-			if err := removeAt(ctx, fd, n, true); err != nil && err != unix.ENOENT {
-				return err
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return unwrapPath(err)
 			}
 		}
 	}

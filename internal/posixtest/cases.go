@@ -6,6 +6,7 @@ func (s *suite) cases() []Case {
 	for _, group := range [][]Case{
 		s.fileCases(),
 		s.dirCases(),
+		s.dirStreamCases(),
 		s.symlinkCases(),
 		s.linkCases(),
 		s.renameCases(),

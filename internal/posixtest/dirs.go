@@ -25,27 +25,37 @@ func readDirents(t *testing.T, dir string) []dirent {
 	var out []dirent
 	buf := make([]byte, 1024)
 	for range 100000 {
-		n, err := unix.Getdents(fd, buf)
-		ok(t, err, "getdents %s", dir)
-		if n == 0 {
+		got := getdents(t, fd, buf, dir)
+		if len(got) == 0 {
 			return out
 		}
-		for b := buf[:n]; len(b) > 0; {
-			// struct linux_dirent64 { u64 ino; s64 off; u16 reclen; u8 type; char name[]; }
-			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
-			if reclen < 19 || reclen > len(b) {
-				t.Fatalf("getdents %s: bad record length %d", dir, reclen)
-			}
-			name := b[19:reclen]
-			if i := slices.Index(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			out = append(out, dirent{ino: binary.NativeEndian.Uint64(b[0:8]), typ: b[18], name: string(name)})
-			b = b[reclen:]
-		}
+		out = append(out, got...)
 	}
 	t.Fatalf("getdents %s does not end", dir)
 	return nil
+}
+
+// getdents makes one getdents64 call on fd (the directory dir) into buf and
+// returns the entries it gave: none at the end of the directory.
+func getdents(t *testing.T, fd int, buf []byte, dir string) []dirent {
+	t.Helper()
+	n, err := unix.Getdents(fd, buf)
+	ok(t, err, "getdents %s", dir)
+	var out []dirent
+	for b := buf[:n]; len(b) > 0; {
+		// struct linux_dirent64 { u64 ino; s64 off; u16 reclen; u8 type; char name[]; }
+		reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+		if reclen < 19 || reclen > len(b) {
+			t.Fatalf("getdents %s: bad record length %d", dir, reclen)
+		}
+		name := b[19:reclen]
+		if i := slices.Index(name, 0); i >= 0 {
+			name = name[:i]
+		}
+		out = append(out, dirent{ino: binary.NativeEndian.Uint64(b[0:8]), typ: b[18], name: string(name)})
+		b = b[reclen:]
+	}
+	return out
 }
 
 var dtypeOf = map[uint32]uint8{

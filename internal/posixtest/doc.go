@@ -47,6 +47,15 @@
 //     with deletes (whiteouts) and re-creates; rmdir of a lower dir whose
 //     children are only in the lower layer (ENOTEMPTY), and after deleting
 //     them (a new dir of that name is empty).
+//   - Directory streams changed while read (dir_stream_*): a depth-first
+//     remove as rm -r does it (the parent's stream open, read 2 KiB at a
+//     time, while children are read and removed), of a tree of ~200-byte
+//     names bigger than one READDIR reply, made here or in the lower layer,
+//     with entries removed ahead of the stream too; a second stream opened
+//     while the first is half read and past the number left; entries added
+//     and lower entries copied up during the stream; telldir/seekdir. Every
+//     entry not removed or added meanwhile shows exactly once, none twice,
+//     and getdents never fails.
 //   - Symlinks: readlink (relative, absolute), lstat against stat (type,
 //     size, inode), readlink of a file EINVAL, dangling links (ENOENT, and
 //     O_CREAT creating the target), ELOOP (two-link loop, self loop, 41

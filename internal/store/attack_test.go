@@ -60,7 +60,7 @@ func TestAttackFileSwap(t *testing.T) {
 				}
 				unix.Pwrite(fd, []byte("pwned"), 0)
 				unix.Close(fd)
-				f.s.CloseWrite(res.Real)
+				f.s.CloseWrite(res.Writer)
 				if err := f.s.Chmod(res.Real, 0o777); err != nil {
 					refused++
 				}
@@ -109,7 +109,7 @@ func TestAttackDirSwap(t *testing.T) {
 		if fd, res, err := f.s.OpenFile(m, "d/x", unix.O_WRONLY|unix.O_TRUNC, 0, false); err == nil {
 			unix.Pwrite(fd, []byte("pwned-by-main"), 0)
 			unix.Close(fd)
-			f.s.CloseWrite(res.Real)
+			f.s.CloseWrite(res.Writer)
 			f.s.Chmod(res.Real, 0o666)
 			f.s.Chown(res.Real, attacktest.Nobody, attacktest.Nobody)
 			f.s.Setxattr(res.Real, "trusted.arbor-attack", []byte("1"), 0)
@@ -125,7 +125,7 @@ func TestAttackDirSwap(t *testing.T) {
 		if fd, res, err := f.s.OpenFile(c, "d/x", unix.O_WRONLY|unix.O_TRUNC, 0, false); err == nil {
 			unix.Pwrite(fd, []byte("from-branch"), 0)
 			unix.Close(fd)
-			f.s.CloseWrite(res.Real)
+			f.s.CloseWrite(res.Writer)
 		}
 		f.s.Create(c, "d/made", false, mk)
 		if _, err := f.s.Commit(name, false); err != nil {

@@ -271,7 +271,7 @@ func (s *Store) preserveFor(snaps []*layer, ops []op) error {
 				if err = s.copyEmpty(real, dst, &st); err == nil {
 					err = s.Setxattr(dst, metaXattr, []byte("1"), 0)
 				}
-			case (o.Kind == "replace" || o.Kind == "delete") && st.Nlink == 1 && s.writers[real] == 0:
+			case (o.Kind == "replace" || o.Kind == "delete") && st.Nlink == 1 && len(s.writers[real]) == 0:
 				err = s.link(real, dst) // no writer of main's can change it after
 			default:
 				err = s.copyNode(real, dst, &st)

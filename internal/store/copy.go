@@ -237,20 +237,38 @@ func (s *Store) setIno(p string, ino uint64) {
 
 var tmpSeq atomic.Uint64
 
+// emptyAside makes an empty copy of the regular file src (its metadata,
+// no data) in tmpDir, for moveOut.
+func (s *Store) emptyAside(src string, st *unix.Stat_t) (string, error) {
+	if err := os.MkdirAll(s.tmpDir(), 0o700); err != nil {
+		return "", err
+	}
+	tmp := filepath.Join(s.tmpDir(), fmt.Sprintf("%d-%d", os.Getpid(), tmpSeq.Add(1)))
+	if err := s.copyEmpty(src, tmp, st); err != nil {
+		return "", err
+	}
+	return tmp, nil
+}
+
 // moveOut moves the file at src to dst and leaves a copy of it at src, so
 // that descriptors open on src's inode follow it to dst. src is never
 // missing, not even after a crash in the middle: the copy is made aside in
-// tmpDir and swapped in with RENAME_EXCHANGE before the original moves. The
-// caller holds Store.mu exclusively.
-func (s *Store) moveOut(src, dst string, st *unix.Stat_t) error {
-	tmpDir := s.tmpDir()
-	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
-		return err
-	}
-	tmp := filepath.Join(tmpDir, fmt.Sprintf("%d-%d", os.Getpid(), tmpSeq.Add(1)))
-	if err := s.copyNode(src, tmp, st); err != nil {
-		s.removeAll(tmp)
-		return err
+// tmpDir and swapped in with RENAME_EXCHANGE before the original moves.
+// made, if not "", is that copy made already (outside the lock, by
+// prepareCopyUp): moveOut takes it over. The caller holds Store.mu
+// exclusively.
+func (s *Store) moveOut(src, dst string, st *unix.Stat_t, made string) error {
+	tmp := made
+	if tmp == "" {
+		tmpDir := s.tmpDir()
+		if err := os.MkdirAll(tmpDir, 0o700); err != nil {
+			return err
+		}
+		tmp = filepath.Join(tmpDir, fmt.Sprintf("%d-%d", os.Getpid(), tmpSeq.Add(1)))
+		if err := s.copyNode(src, tmp, st); err != nil {
+			s.removeAll(tmp)
+			return err
+		}
 	}
 	if err := s.rename(tmp, src, unix.RENAME_EXCHANGE); err != nil {
 		s.removeAll(tmp)

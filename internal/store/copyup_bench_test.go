@@ -101,22 +101,9 @@ func (m *idleBusy) report() {
 //	go test -run '^$' -bench BenchmarkLookupDuringCopyUp -benchtime 1x -count 3 ./internal/store/
 func BenchmarkLookupDuringCopyUp(b *testing.B) {
 	base, dir := b.TempDir(), b.TempDir()
-	const big = 1 << 30
-	bf, err := os.Create(filepath.Join(base, "big"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	chunk := make([]byte, 8<<20)
-	for i := range chunk {
-		chunk[i] = byte(i)
-	}
-	for off := 0; off < big; off += len(chunk) {
-		if _, err := bf.Write(chunk); err != nil {
-			b.Fatal(err)
-		}
-	}
-	bf.Close()
+	makeBig(b, base)
 	m := newIdleBusy(b, base)
+	var err error
 	if m.s, err = Open(Config{Dir: dir, Base: base}); err != nil {
 		b.Fatal(err)
 	}
@@ -138,7 +125,7 @@ func BenchmarkLookupDuringCopyUp(b *testing.B) {
 				return
 			}
 			unix.Close(fd)
-			m.s.CloseWrite(res.Real)
+			m.s.CloseWrite(res.Writer)
 		})
 		b.Logf("copy-up of 1 GiB in %v; %d ops during it", took, len(m.busy))
 		if err := m.s.Abort(name); err != nil {
@@ -146,6 +133,106 @@ func BenchmarkLookupDuringCopyUp(b *testing.B) {
 		}
 	}
 	m.report()
+}
+
+// makeBig writes base/big, 1 GiB of real data (not holes, so that a copy
+// takes its time).
+func makeBig(b *testing.B, base string) {
+	const big = 1 << 30
+	bf, err := os.Create(filepath.Join(base, "big"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bf.Close()
+	chunk := make([]byte, 8<<20)
+	for i := range chunk {
+		chunk[i] = byte(i)
+	}
+	for off := 0; off < big; off += len(chunk) {
+		if _, err := bf.Write(chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLookupDuringMainCopyUp: main's first write to a 1 GiB file that
+// a fork still shows from the base moves the base's inode into the fork's
+// snapshot and gives main a copy; while that copy is made, lookups and opens
+// in another branch keep their latency (it is made outside the lock).
+//
+//	go test -run '^$' -bench BenchmarkLookupDuringMainCopyUp -benchtime 1x -count 3 ./internal/store/
+func BenchmarkLookupDuringMainCopyUp(b *testing.B) {
+	base, dir := b.TempDir(), b.TempDir()
+	makeBig(b, base)
+	m := newIdleBusy(b, base)
+	var err error
+	if m.s, err = Open(Config{Dir: dir, Base: base}); err != nil {
+		b.Fatal(err)
+	}
+	defer m.s.Close()
+	for n := 0; n < b.N; n++ {
+		reader := fmt.Sprintf("reader%d", n)
+		if err := m.s.Fork(Main, reader); err != nil {
+			b.Fatal(err)
+		}
+		m.br, _ = m.s.Branch(reader)
+		main, _ := m.s.Branch(Main)
+		took := m.run(func() {
+			fd, res, err := m.s.OpenFile(main, "big", unix.O_WRONLY, 0, false)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			unix.Close(fd)
+			m.s.CloseWrite(res.Writer)
+		})
+		b.Logf("main's copy of 1 GiB in %v; %d ops during it", took, len(m.busy))
+		if err := m.s.Abort(reader); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m.report()
+}
+
+// BenchmarkMainTruncAfterFork: main's first open with O_TRUNC of a 256 MiB
+// file a fork still shows, and its close. The fork's snapshot takes the
+// base's inode; main's new file needs none of the old data.
+//
+//	go test -run '^$' -bench BenchmarkMainTruncAfterFork -benchtime 5x -count 3 ./internal/store/
+func BenchmarkMainTruncAfterFork(b *testing.B) {
+	base, dir := b.TempDir(), b.TempDir()
+	s, err := Open(Config{Dir: dir, Base: base})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	data := make([]byte, 256<<20)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	main, _ := s.Branch(Main)
+	for n := 0; b.Loop(); n++ {
+		b.StopTimer()
+		if err := os.WriteFile(filepath.Join(base, "big"), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		fork := fmt.Sprintf("f%d", n)
+		if err := s.Fork(Main, fork); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		fd, res, err := s.OpenFile(main, "big", unix.O_WRONLY|unix.O_TRUNC, 0, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		unix.Close(fd)
+		s.CloseWrite(res.Writer)
+		b.StopTimer()
+		if err := s.Abort(fork); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
 }
 
 // BenchmarkLookupDuringCommit: while a durable commit into main applies
@@ -196,4 +283,81 @@ func BenchmarkLookupDuringCommit(b *testing.B) {
 		b.Logf("durable commit of 500 files in %v; %d ops during it", took, len(m.busy))
 	}
 	m.report()
+}
+
+// BenchmarkLookupDuringSmallCopyUps: while one branch copies up 400 files
+// of one size under 1 MiB (a build touching many sources), lookups and
+// opens of other files in another branch; "lock" copies them under the
+// store's lock (as before copyAside went from 1 MiB to every file with
+// data), "aside" copies them outside it and publishes them under it. It reports the copy-ups'
+// own cost too, per file: copyup-us beside the lookups, alone-copyup-us
+// with nothing else running.
+//
+//	go test -run '^$' -bench BenchmarkLookupDuringSmallCopyUps -benchtime 1x -count 3 ./internal/store/
+func BenchmarkLookupDuringSmallCopyUps(b *testing.B) {
+	for _, size := range []int{4 << 10, 64 << 10, 512 << 10} {
+		for _, mode := range []string{"lock", "aside"} {
+			b.Run(fmt.Sprintf("%dK/%s", size>>10, mode), func(b *testing.B) {
+				defer func(old int64) { copyAside = old }(copyAside)
+				if mode == "lock" {
+					copyAside = 1 << 20
+				}
+				base, dir := b.TempDir(), b.TempDir()
+				data := make([]byte, size)
+				for i := range data {
+					data[i] = byte(i)
+				}
+				const n = 400
+				for i := range n {
+					if err := os.WriteFile(filepath.Join(base, fmt.Sprintf("src%d", i)), data, 0o644); err != nil {
+						b.Fatal(err)
+					}
+				}
+				m := newIdleBusy(b, base)
+				var err error
+				if m.s, err = Open(Config{Dir: dir, Base: base}); err != nil {
+					b.Fatal(err)
+				}
+				defer m.s.Close()
+				if err := m.s.Fork(Main, "reader"); err != nil {
+					b.Fatal(err)
+				}
+				m.br, _ = m.s.Branch("reader")
+				copyAll := func(name string) {
+					cp, _ := m.s.Branch(name)
+					for i := range n {
+						fd, res, err := m.s.OpenFile(cp, fmt.Sprintf("src%d", i), unix.O_WRONLY, 0, false)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						unix.Close(fd)
+						m.s.CloseWrite(res.Writer)
+					}
+				}
+				var total, alone time.Duration
+				for k := 0; k < b.N; k++ {
+					for _, busy := range []bool{false, true} {
+						name := fmt.Sprintf("copier%d-%v", k, busy)
+						if err := m.s.Fork(Main, name); err != nil {
+							b.Fatal(err)
+						}
+						if busy {
+							total += m.run(func() { copyAll(name) })
+						} else {
+							t0 := time.Now()
+							copyAll(name)
+							alone += time.Since(t0)
+						}
+						if err := m.s.Abort(name); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64(alone.Microseconds())/float64(b.N*n), "alone-copyup-us")
+				m.report()
+				b.ReportMetric(float64(total.Microseconds())/float64(b.N*n), "copyup-us")
+			})
+		}
+	}
 }

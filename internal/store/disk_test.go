@@ -58,7 +58,7 @@ func writeFd(t *testing.T, s *Store, b *Branch, rel string, data []byte, off int
 		t.Fatal(err)
 	}
 	unix.Close(fd)
-	s.CloseWrite(res.Real)
+	s.CloseWrite(res.Writer)
 }
 
 // checkUsed asserts that Used is what the layers hold on disk and that
@@ -342,7 +342,7 @@ func TestDiskTruncOpen(t *testing.T) {
 	}
 	unix.Write(fd, []byte("new"))
 	unix.Close(fd)
-	f.s.CloseWrite(res.Real)
+	f.s.CloseWrite(res.Writer)
 	if got := readIn(f.s, c, "big"); got != "new" {
 		t.Fatalf("big = %q after O_TRUNC and a write", got)
 	}

@@ -60,14 +60,20 @@
 // with api.ErrState and EBUSY naming them, so no descendant's changes are
 // ever dropped or orphaned by its parent's commit.
 //
+// A copy-up is not a change: the directory it makes an entry in keeps its
+// atime and mtime (as in overlayfs); its ctime moves, and the mounts are
+// told (Event.Attr).
+//
 // Abort drops the branch and its subtree from the metadata at once; layers no
 // branch references are removed in the background and at Open.
 //
 // Locking. Store.mu guards the branch table, the layer index and every layer
 // directory: path operations that only read take it shared, every mutation
 // takes it exclusively. No long copy and no fsync happens under it: a
-// copy-up of a file of 1 MiB or more copies to a temporary name first and
-// is published under the lock with a rename, if its source is unchanged; a
+// copy-up of a file that holds data copies to a temporary name first and
+// is published under the lock with a rename, if its source is unchanged
+// (for main's first write to a file a snapshot shows, that copy is main's
+// new file and the base's inode moves into the snapshot); a
 // commit into main is decided under the lock (planned, journaled, siblings
 // made stale) and applied to the base without it, then recorded under it.
 // So a branch reader sees a commit into a branch all or not at all; main's

@@ -292,7 +292,7 @@ func TestOpenWriterAcrossFork(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.s.OpenWrite(real)
+			w := f.s.OpenWrite(real)
 			t.Cleanup(func() { fd.Close() })
 
 			f.fork(parent, "c")
@@ -326,7 +326,7 @@ func TestOpenWriterAcrossFork(t *testing.T) {
 				t.Errorf("%s reads %q, want %q", parent, got, "after+more")
 			}
 			fd.Close()
-			f.s.CloseWrite(real)
+			f.s.CloseWrite(w)
 		})
 	}
 }

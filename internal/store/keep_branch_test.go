@@ -52,7 +52,7 @@ func TestForkOfBranchFailsKeep(t *testing.T) {
 		t.Fatal(err)
 	}
 	unix.Close(fd)
-	s.CloseWrite(res.Real)
+	s.CloseWrite(res.Writer)
 	a, _ = s.Branch("a")
 	r, err := s.Resolve(a, "big")
 	if err != nil {

@@ -40,7 +40,7 @@ func TestForkFailsWhenAWriterCannotBeKept(t *testing.T) {
 	closeWriter := func() {
 		if fd >= 0 {
 			unix.Close(fd)
-			s.CloseWrite(res.Real)
+			s.CloseWrite(res.Writer)
 			fd = -1
 		}
 	}

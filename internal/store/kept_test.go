@@ -32,7 +32,7 @@ func TestKeptWriterDoesNotStaleUnlessWritten(t *testing.T) {
 				t.Fatal(err)
 			}
 			os.WriteFile(real, []byte("1"), 0o644)
-			s.OpenWrite(real)
+			w := s.OpenWrite(real)
 			if err := s.Fork(parent, "c"); err != nil {
 				t.Fatal(err)
 			}
@@ -41,7 +41,7 @@ func TestKeptWriterDoesNotStaleUnlessWritten(t *testing.T) {
 				res, _ := s.Resolve(p, "f")
 				os.WriteFile(res.Real, []byte("2"), 0o644)
 			}
-			s.CloseWrite(real)
+			s.CloseWrite(w)
 			_, err = s.Commit("c", false)
 			switch {
 			case write && !errors.Is(err, api.ErrStale):

@@ -99,13 +99,13 @@ func TestMetacopy(t *testing.T) {
 	if st := f.statOf(c, "big"); st.Mode&07777 != 0o640 || st.Size != int64(len(big)) {
 		t.Fatalf("big in c: mode %#o size %d", st.Mode&07777, st.Size)
 	}
-	fd, _, err := f.s.OpenFile(c, "big", unix.O_WRONLY|unix.O_APPEND, 0, false)
+	fd, res, err := f.s.OpenFile(c, "big", unix.O_WRONLY|unix.O_APPEND, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	unix.Write(fd, []byte("+"))
 	unix.Close(fd)
-	f.s.CloseWrite(c.head().real("big"))
+	f.s.CloseWrite(res.Writer)
 	if got := f.readData(c, "big"); !bytes.Equal(got, append(append([]byte{}, big...), '+')) {
 		t.Fatalf("big in c after a write: %d bytes", len(got))
 	}
@@ -122,13 +122,13 @@ func TestMetacopy(t *testing.T) {
 	// b's metadata-only copy comes up under b's metadata.
 	f.fork("b", "d")
 	d := f.br("d")
-	fd, _, err = f.s.OpenFile(d, "big", unix.O_WRONLY|unix.O_APPEND, 0, false)
+	fd, res, err = f.s.OpenFile(d, "big", unix.O_WRONLY|unix.O_APPEND, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	unix.Write(fd, []byte("+d"))
 	unix.Close(fd)
-	f.s.CloseWrite(d.head().real("big"))
+	f.s.CloseWrite(res.Writer)
 	if got := f.readData(d, "big"); !bytes.Equal(got, append(append([]byte{}, big...), "+d"...)) {
 		t.Fatalf("big in d after a write: %d bytes", len(got))
 	}
@@ -143,7 +143,7 @@ func TestMetacopy(t *testing.T) {
 	// into it, the metadata and the times kept.
 	metaChange(t, f, f.br("b"), "small", 0o604)
 	before := f.statOf(f.br("b"), "small")
-	fd, _, err = f.s.OpenFile(f.br("b"), "small", unix.O_WRONLY|unix.O_APPEND, 0, false)
+	fd, res, err = f.s.OpenFile(f.br("b"), "small", unix.O_WRONLY|unix.O_APPEND, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestMetacopy(t *testing.T) {
 	}
 	unix.Write(fd, []byte("more\n"))
 	unix.Close(fd)
-	f.s.CloseWrite(f.br("b").head().real("small"))
+	f.s.CloseWrite(res.Writer)
 	if got := string(f.readData(f.br("b"), "small")); got != "small\nmore\n" {
 		t.Fatalf("small after a write: %q", got)
 	}
@@ -195,5 +195,62 @@ func TestMetacopy(t *testing.T) {
 	}
 	if got := f.read(sib, "small"); got != "small\n" {
 		t.Fatalf("the stale sibling's small: %q", got)
+	}
+}
+
+// TestAttackMetacopySwap: a metadata-only copy reads its data from the
+// lower file by name. After the chmod the base's owner swaps that file, and
+// a directory above another, for symlinks to a victim outside the base:
+// reads through the branch and the first write's copy-up never reach the
+// victim's data, nor change it.
+func TestAttackMetacopySwap(t *testing.T) {
+	outside := t.TempDir()
+	victim := filepath.Join(outside, "victim")
+	if err := os.WriteFile(victim, []byte("victim's secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, map[string]string{"f": "mine\n", "d/g": "mine too\n"})
+	f.fork(Main, "b")
+	b := f.br("b")
+	metaChange(t, f, b, "f", 0o644)
+	metaChange(t, f, b, "d/g", 0o644)
+	for _, p := range []string{"f", "d/g"} {
+		os.Remove(filepath.Join(f.base, p))
+	}
+	os.Remove(filepath.Join(f.base, "d"))
+	if err := os.Symlink(victim, filepath.Join(f.base, "f")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(f.base, "d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(victim, filepath.Join(outside, "g")); err != nil {
+		t.Fatal(err)
+	}
+	victim = filepath.Join(outside, "g")
+	b = f.br("b")
+	for _, rel := range []string{"f", "d/g"} {
+		var st unix.Stat_t
+		if fd, _, err := f.s.OpenRead(b, rel, unix.O_RDONLY, &st); err == nil {
+			buf := make([]byte, 64)
+			n, _ := unix.Pread(fd, buf, 0)
+			unix.Close(fd)
+			if bytes.Contains(buf[:n], []byte("secret")) {
+				t.Errorf("%s read through the branch: %q", rel, buf[:n])
+			}
+		}
+		if err := writeErr(f.s, b, rel, "written\n"); err == nil {
+			if got := f.read(b, rel); got != "written\n" {
+				t.Errorf("%s after the write: %q", rel, got)
+			}
+		}
+	}
+	if got, _ := os.ReadFile(victim); string(got) != "victim's secret" {
+		t.Errorf("the victim: %q", got)
+	}
+	for _, rel := range []string{"f", "d/g"} {
+		if got := f.read(b, rel); bytes.Contains([]byte(got), []byte("secret")) {
+			t.Errorf("%s in the branch: %q", rel, got)
+		}
 	}
 }

@@ -249,12 +249,13 @@ func TestModel(t *testing.T) {
 		type held struct {
 			branch, path, real string
 			fd                 *os.File
+			w                  *Writer
 		}
 		var fds []held
 		closeAll := func() {
 			for _, h := range fds {
 				h.fd.Close()
-				f.s.CloseWrite(h.real)
+				f.s.CloseWrite(h.w)
 			}
 			fds = nil
 		}
@@ -338,8 +339,7 @@ func TestModel(t *testing.T) {
 				if err != nil {
 					rt.Fatal(err)
 				}
-				f.s.OpenWrite(real)
-				fds = append(fds, held{name, path, real, fd})
+				fds = append(fds, held{name, path, real, fd, f.s.OpenWrite(real)})
 				mb.holds++
 			case "fdwrite":
 				if len(fds) == 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/arbor-dev/arbor/api"
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
 )
 
 // TestReplay: a stale branch's changes replayed onto a fresh fork of its
@@ -95,5 +96,66 @@ func TestReplay(t *testing.T) {
 	})
 	if n != 0 {
 		t.Errorf("%d conflict records left after r's commit and a reopen", n)
+	}
+}
+
+// TestAttackReplaySymlinks: the branch a rebase replays into (the parent's
+// new state) holds symlinks out of the tree where the stale branch has a
+// directory, a file beneath it, and a file whose ~theirs name is taken: the
+// replay writes only inside the branch (a symlink's target outside is never
+// written, nor its directory entered).
+func TestAttackReplaySymlinks(t *testing.T) {
+	for _, withAside := range []bool{false, true} {
+		outside := t.TempDir()
+		victim := filepath.Join(outside, "victim")
+		if err := os.WriteFile(victim, []byte("untouched"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f := newFixture(t, map[string]string{"d/keep": "k", "bin": "\x00base", "e/keep": "k"})
+		f.fork(Main, "win", "lose")
+		w, l := f.br("win"), f.br("lose")
+		symlink := func(b *Branch, rel, target string) {
+			t.Helper()
+			if err := f.s.Create(b, rel, false, func(dir int, name string) error { return unix.Symlinkat(target, dir, name) }); err != nil {
+				t.Fatalf("symlink %s: %v", rel, err)
+			}
+		}
+		// win: d and e become symlinks to outside, a new n too, bin
+		// changes (and bin~theirs is a symlink to the victim); lose
+		// writes beneath d, e and n, and bin.
+		f.rm(w, "d/keep")
+		f.rm(w, "d")
+		symlink(w, "d", outside)
+		symlink(w, "n", outside)
+		f.write(w, "bin", "\x00win")
+		if withAside {
+			symlink(w, "bin~theirs", victim)
+		}
+		f.rm(w, "e/keep")
+		f.rm(w, "e")
+		symlink(w, "e", outside)
+		f.write(l, "d/keep", "lose")
+		f.write(l, "d/new", "lose")
+		f.write(l, "n/victim", "lose")
+		f.write(l, "bin", "\x00lose")
+		f.write(l, "e/victim", "lose")
+		f.commit("win", true)
+		f.fork(Main, "r")
+		cs, err := f.s.Replay("lose", "r")
+		t.Logf("replay (bin~theirs taken: %v): %+v, %v", withAside, cs, err)
+		if b, _ := os.ReadFile(victim); string(b) != "untouched" {
+			t.Errorf("the victim outside the tree: %q", b)
+		}
+		if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+			t.Errorf("the replay wrote into the directory outside: %v", ents)
+		}
+		if err == nil {
+			r := f.br("r")
+			for rel, want := range map[string]string{"d/new": "lose", "n/victim": "lose", "e/victim": "lose", "bin": "\x00lose"} {
+				if got := f.read(r, rel); got != want {
+					t.Errorf("%s after the replay: %q, want %q", rel, got, want)
+				}
+			}
+		}
 	}
 }

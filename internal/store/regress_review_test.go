@@ -77,7 +77,6 @@ func TestRegressionOpenWriteWindow(t *testing.T) {
 	p := f.br("p")
 	f.write(p, "f", "p1!")
 	fd, res, err := f.s.OpenFile(p, "f", unix.O_WRONLY, 0, false)
-	real := res.Real
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,5 +86,5 @@ func TestRegressionOpenWriteWindow(t *testing.T) {
 	if got := f.read(f.br("kid"), "f"); got != "p1!" {
 		t.Errorf("kid sees its parent's write made after the fork: %q", got)
 	}
-	f.s.CloseWrite(real)
+	f.s.CloseWrite(res.Writer)
 }

@@ -196,51 +196,115 @@ func (s *Store) moveIndex(l *layer, old, new string, exchange bool) {
 	}
 }
 
+// Writer is one descriptor open for writing, as the store counts it (see
+// OpenWrite). Every move of its file (a rename, a commit into main, a fork
+// that keeps it apart) carries it, so that its close uncounts the file where
+// it is now, never whatever took its old name.
+type Writer struct {
+	real string // guarded by Store.mu
+}
+
+type writing map[*Writer]struct{} // the writers open on one real path
+
 // OpenWrite and CloseWrite count the descriptors open for writing on a real
 // path, so that a fork or a snapshot never moves an inode that a writer
 // holds: its writes must stay where they are.
-func (s *Store) OpenWrite(real string) {
+func (s *Store) OpenWrite(real string) *Writer {
 	s.mu.Lock()
-	s.writers[real]++
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	return s.addWriter(real)
+}
+
+func (s *Store) addWriter(real string) *Writer {
+	w := &Writer{real: real}
+	if s.writers[real] == nil {
+		s.writers[real] = writing{}
+	}
+	s.writers[real][w] = struct{}{}
+	return w
 }
 
 // Writing reports whether a descriptor is open for writing on real.
 func (s *Store) Writing(real string) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.writers[real] > 0
+	return len(s.writers[real]) > 0
+}
+
+// WriterPath is the real path w's file is at now.
+func (s *Store) WriterPath(w *Writer) string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return w.real
 }
 
 // CloseWrite undoes OpenWrite, and measures what the file allocates now
-// (its writes may have been passthrough: see disk.go).
-func (s *Store) CloseWrite(real string) {
+// (its writes may have been passthrough: see disk.go). A nil w is nothing.
+func (s *Store) CloseWrite(w *Writer) {
+	if w == nil {
+		return
+	}
+	real := s.WriterPath(w)
 	var st unix.Stat_t
 	measured := s.Lstat(real, &st) == nil
 	s.mu.Lock()
-	if s.writers[real]--; s.writers[real] <= 0 {
-		delete(s.writers, real)
+	if set := s.writers[w.real]; set != nil {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(s.writers, w.real)
+		}
 	}
-	if measured {
+	if measured && w.real == real {
 		s.record(real, st.Blocks*512)
 	}
 	s.mu.Unlock()
 }
 
+// moveWriter carries the writers of the file at old to new.
+func (s *Store) moveWriter(old, new string) {
+	set := s.writers[old]
+	if set == nil {
+		return
+	}
+	delete(s.writers, old)
+	if s.writers[new] == nil {
+		s.writers[new] = writing{}
+	}
+	for w := range set {
+		w.real = new
+		s.writers[new][w] = struct{}{}
+	}
+}
+
+// moveWriters carries the writers of old and everything under it to new
+// (and, for an exchange, those of new to old).
 func (s *Store) moveWriters(old, new string, exchange bool) {
-	re := map[string]int{}
-	for p, n := range s.writers {
+	re := map[string]writing{}
+	for p, set := range s.writers {
+		var to string
 		switch {
 		case p == old || strings.HasPrefix(p, old+"/"):
-			re[new+p[len(old):]] += n
+			to = new + p[len(old):]
 		case exchange && (p == new || strings.HasPrefix(p, new+"/")):
-			re[old+p[len(new):]] += n
+			to = old + p[len(new):]
 		default:
 			continue
 		}
 		delete(s.writers, p)
+		if re[to] == nil {
+			re[to] = writing{}
+		}
+		for w := range set {
+			w.real = to
+			re[to][w] = struct{}{}
+		}
 	}
-	for p, n := range re {
-		s.writers[p] += n
+	for p, set := range re {
+		if s.writers[p] == nil {
+			s.writers[p] = writing{}
+		}
+		for w := range set {
+			s.writers[p][w] = struct{}{}
+		}
 	}
 }

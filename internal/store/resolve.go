@@ -22,6 +22,10 @@ type Res struct {
 	Data      string
 	DataDepth int
 	cut       int // for a directory: the depth below which its content is hidden
+
+	// Writer is the count of a descriptor OpenFile opened for writing
+	// (nil otherwise), for CloseWrite.
+	Writer *Writer
 }
 
 // DataReal is the real path to read rel's data at.

@@ -47,7 +47,7 @@ type Store struct {
 	branches  map[string]*Branch
 	layers    map[uint64]*layer
 	index     map[string][]entry // relative path -> the layers that hold it
-	writers   map[string]int     // real path -> descriptors open for writing on it
+	writers   map[string]writing // real path -> descriptors open for writing on it
 	nlinks    int                // link copies in all layers (0: resolve skips the look-up)
 	nextID    uint64
 	markGen   uint64 // the stamp of reclaimLocked's last marking (layer.mark)
@@ -186,7 +186,7 @@ func Open(cfg Config) (s *Store, err error) {
 		return nil, fmt.Errorf("store: open metadata: %w", err)
 	}
 	s = &Store{dir: dir, base: base, baseFd: baseFd, dirFd: dirFd, log: log, db: db,
-		branches: map[string]*Branch{}, layers: map[uint64]*layer{}, index: map[string][]entry{}, writers: map[string]int{}}
+		branches: map[string]*Branch{}, layers: map[uint64]*layer{}, index: map[string][]entry{}, writers: map[string]writing{}}
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err
@@ -659,7 +659,7 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) error {
 		// in the frozen layer is unchanged too; otherwise the layer changed.
 		prev, wasKept := frozen.kept[rel]
 		stillKept := wasKept && s.sigOf(real) == prev
-		if err := s.moveOut(real, dst, &st); err != nil {
+		if err := s.moveOut(real, dst, &st, ""); err != nil {
 			return fmt.Errorf("keep %s: %w", rel, err)
 		}
 		ino := e.ino
@@ -680,8 +680,7 @@ func (s *Store) keepWriters(p *Branch, oldChain []*layer, snap *layer) error {
 		if wasKept {
 			s.saveKept(frozen, rel)
 		}
-		s.writers[dst] += s.writers[real]
-		delete(s.writers, real)
+		s.moveWriter(real, dst)
 	}
 	return nil
 }

@@ -16,6 +16,12 @@ type Event struct {
 	All bool
 	// Origin is who made the change and knows of it already (nil: none).
 	Origin any
+	// Attr: only Path's attributes changed, by a copy-up below it (an
+	// entry made in the head's copy of the directory changes its ctime),
+	// which no request on Path told the kernel of. A mount forgets them in
+	// every view, the one that wrote too, before the publisher goes on:
+	// the request that copied up has not answered yet.
+	Attr bool
 }
 
 // watchers are the functions Watch registered, called in order by Publish.

@@ -6,7 +6,7 @@
 // ARBOR_TEST_REQUIRE is "all" (every capability; scripts/test.sh sets it)
 // or a comma-separated list of capability names: root, fuse, tmpfs,
 // python3, fuse-overlayfs, overlayfs, chromium, cgroup, mmdebstrap,
-// pasta. Unset or empty, every missing
+// pasta, qemu. Unset or empty, every missing
 // capability skips.
 package testenv
 
@@ -39,6 +39,9 @@ const (
 	// gives sandboxes outbound network (passt's pasta).
 	Mmdebstrap = "mmdebstrap"
 	Pasta      = "pasta"
+	// QEMU: qemu-system-x86_64, a guest kernel (linux-image-cloud-amd64)
+	// and a static busybox, for the vm backend.
+	QEMU = "qemu"
 )
 
 // ImageCache is the image store tests that build images share, across
@@ -132,5 +135,20 @@ func NeedCommand(t testing.TB, capability, program string) {
 
 // Names lists the capabilities ARBOR_TEST_REQUIRE may name.
 func Names() []string {
-	return slices.Clone([]string{Root, FUSE, Tmpfs, Python, FuseOverlayfs, Overlayfs, Chromium, Cgroup, Mmdebstrap, Pasta})
+	return slices.Clone([]string{Root, FUSE, Tmpfs, Python, FuseOverlayfs, Overlayfs, Chromium, Cgroup, Mmdebstrap, Pasta, QEMU})
+}
+
+// NeedQEMU requires what a microVM needs: qemu-system-x86_64, a Debian
+// cloud kernel in /boot and a static busybox.
+func NeedQEMU(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		Missing(t, QEMU, "qemu-system-x86_64 is not installed: "+err.Error())
+	}
+	if ks, _ := filepath.Glob("/boot/vmlinuz-*-cloud-amd64"); len(ks) == 0 {
+		Missing(t, QEMU, "no guest kernel /boot/vmlinuz-*-cloud-amd64 (linux-image-cloud-amd64)")
+	}
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		Missing(t, QEMU, "no static busybox (busybox-static): "+err.Error())
+	}
 }

@@ -86,7 +86,7 @@ func (m *Manager) OpenTreeFiles(ctx context.Context, dir, base string) (*TreeFil
 		return nil, err
 	}
 	t := &TreeFiles{m: m, st: st, mnt: mnt, base: base, release: release, views: map[string]*cowfs.FS{}}
-	f, err := cowfs.Mount(cowfs.Config{Store: st, Mountpoint: mnt, NoControl: true, Passthrough: m.cfg.Passthrough, Aborter: m.cfg.Aborter, Logger: m.log,
+	f, err := cowfs.Mount(cowfs.Config{Store: st, Mountpoint: mnt, NoControl: true, Passthrough: m.cfg.Passthrough, Transport: m.cfg.Transport, Aborter: m.cfg.Aborter, Logger: m.log,
 		FsName: MountSource(m.cfg.Home, base),
 		// The views keep their roots in step (a view that showed a branch
 		// that went shows its parent).
@@ -159,7 +159,7 @@ func (t *TreeFiles) MountView(ctx context.Context, spec engine.ViewSpec) (engine
 	}
 	v := &view{t: t}
 	f, err := cowfs.Mount(cowfs.Config{
-		Store: t.st, Mountpoint: mp, MountDir: dir.File(), Branch: spec.Branch, Passthrough: m.cfg.Passthrough, Aborter: m.cfg.Aborter, Logger: m.log,
+		Store: t.st, Mountpoint: mp, MountDir: dir.File(), Branch: spec.Branch, Passthrough: m.cfg.Passthrough, Transport: m.cfg.Transport, Aborter: m.cfg.Aborter, Logger: m.log,
 		Owner: spec.Owner, FsName: MountSource(m.cfg.Home, t.base), Control: callerControl{spec.Control},
 		NoControl: spec.HideControl,
 	})

@@ -30,6 +30,7 @@ import (
 type Config struct {
 	Home        string             // the daemon's state directory
 	Passthrough *bool              // see cowfs.Config; nil: when root
+	Transport   string             // see cowfs.Config; "": auto
 	Aborter     *fusemount.Aborter // see cowfs.Config
 	Logger      *slog.Logger
 	// Access checks the paths a request names against the requester's
