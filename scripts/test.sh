@@ -52,11 +52,12 @@ trap cleanup EXIT
 go run ./cmd/arbor doctor || true
 go vet ./...
 go test -race -timeout 20m -count=1 ./...
-# Every mount above used FUSE over io_uring where the kernel has it (setup
-# turns it on); the mount tests and the POSIX suite on them run again on
-# /dev/fuse reads and writes.
+# Every mount above read and wrote /dev/fuse (the default); the mount tests
+# and the POSIX suite on them run again over io_uring where the kernel has
+# it (setup turns it on), but for the test that holds a request on purpose
+# (a held RELEASE blocks its queue there: see cowfs/transport.go).
 if [ "$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null)" = Y ]; then
-  ARBOR_FUSE_TRANSPORT=dev go test -race -timeout 10m -count=1 ./internal/cowfs
+  ARBOR_FUSE_TRANSPORT=uring go test -race -timeout 10m -count=1 -skip 'TestOpenDuringLateRelease' ./internal/cowfs
 fi
 # The io_uring transport's own tests, in the go-fuse fork (a module of its own).
 go test -race -timeout 5m -count=1 -run URing github.com/hanwen/go-fuse/v2/fuse

@@ -67,7 +67,7 @@ $ARBOR_TOKEN, or the one the daemon keeps in HOME/http.token.`,
 	f.StringVar(&httpAddr, "http", "", "serve the HTTP API at this address (e.g. 127.0.0.1:7878)")
 	f.StringVar(&token, "token", e.getenv("ARBOR_TOKEN"), "HTTP bearer token ($ARBOR_TOKEN; default: the one kept in HOME/http.token, made at the first start); required off loopback")
 	f.BoolVar(&noPT, "no-passthrough", false, "serve file data through the daemon even as root")
-	f.StringVar(&transport, "fuse-transport", "", "how FUSE requests reach the daemon: auto (io_uring where the kernel has it, else /dev/fuse), uring, or dev (default auto)")
+	f.StringVar(&transport, "fuse-transport", "", "how FUSE requests reach the daemon: auto (io_uring where the kernel has it, else /dev/fuse), uring, or dev (default dev: io_uring is opt-in)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug messages")
 	f.IntVar(&maxConns, "max-conns", 0, "cap on socket connections (default: a share of the descriptor limit)")
 	f.IntVar(&maxPerUID, "max-conns-per-uid", 0, "cap on one uid's socket connections (default: all of them, half with --allow-uid)")

@@ -22,7 +22,7 @@ type daemonFile struct {
 	AllowUIDs   []int  `toml:"allow_uids"`
 	HTTP        string `toml:"http"`
 	Passthrough *bool  `toml:"passthrough"`
-	// FUSETransport: auto (default), uring or dev (cowfs.Transport*).
+	// FUSETransport: dev (default), auto or uring (cowfs.Transport*).
 	FUSETransport string `toml:"fuse_transport"`
 	LogLevel      string `toml:"log_level"`
 	// The socket's limits (see lineapi.Config); zero: derived from the

@@ -50,7 +50,7 @@ type Config struct {
 	AuditLog string // the audit log of both faces; default Home/audit.log
 	// Passthrough: nil means FUSE passthrough when root.
 	Passthrough *bool
-	// FUSETransport is the mounts' FUSE transport (cowfs.Transport*; ""
+	// FUSETransport is the mounts' FUSE transport (cowfs.Transport*; "" is dev
 	// is auto: io_uring where the kernel has it, which the daemon turns
 	// on at start when root).
 	FUSETransport string
@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := cowfs.CheckTransport(cfg.FUSETransport); err != nil {
 		return err
 	}
-	if cfg.FUSETransport != cowfs.TransportDev {
+	if cfg.FUSETransport == cowfs.TransportAuto || cfg.FUSETransport == cowfs.TransportURing {
 		switch on, changed, err := fusemount.EnableURing(); {
 		case changed:
 			log.Info("FUSE over io_uring turned on", "param", fusemount.URingParam)

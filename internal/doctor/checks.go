@@ -196,10 +196,10 @@ func checkIOUring(_ context.Context, h *host) Check {
 	}
 	switch strings.TrimSpace(v) {
 	case "Y", "y", "1":
-		return ok("enabled (" + param + " = Y): Arbor's mounts serve FUSE requests over io_uring (fuse_transport auto; a mount's transport is in arbord's log)")
+		return ok("enabled (" + param + " = Y): mounts with fuse_transport auto or uring serve FUSE requests over io_uring (the default, dev, reads and writes /dev/fuse; a mount's transport is in arbord's log)")
 	}
 	if h.root() {
-		return warn("built in but disabled ("+param+" = "+strings.TrimSpace(v)+"). arbord as root turns it on at start (fuse_transport auto); until then "+dev, "echo Y > "+param+" (or fuse.enable_uring=1 on the kernel command line)")
+		return warn("built in but disabled ("+param+" = "+strings.TrimSpace(v)+"). arbord as root turns it on at start when fuse_transport is auto or uring (the default is dev); until then "+dev, "echo Y > "+param+" (or fuse.enable_uring=1 on the kernel command line)")
 	}
 	return warn("built in but disabled ("+param+" = "+strings.TrimSpace(v)+"), and only root can turn it on: "+dev, "as root: echo Y > "+param+" (or fuse.enable_uring=1 on the kernel command line)")
 }

@@ -28,7 +28,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, extra []
 		verbose  = fset.Bool("v", false, "log progress to stderr")
 		list     = fset.Bool("list", false, "list the cases and systems, and exit")
 		cpuProf  = fset.String("cpuprofile", "", "write a CPU profile of the run to this file, and each Arbor mount server's to FILE.SYSTEM")
-		fuseTr   = fset.String("fuse-transport", "", "the Arbor mounts' FUSE transport: auto (default), uring or dev")
+		fuseTr   = fset.String("fuse-transport", "", "the Arbor mounts' FUSE transport: dev (default), auto or uring")
 		caseList listFlag
 		sysList  listFlag
 	)
