@@ -116,5 +116,41 @@ func (s *suite) inodeCases() []Case {
 					t.Fatalf("'..' of a lower dir: ino %d, want %d", dd, lstat(t, dir).Ino)
 				}
 			}},
+		{Name: "inode_dir_stable_lower",
+			Lower: func(t *testing.T, dir string) {
+				mkdir(t, join(dir, "d"), 0o755)
+				mkdir(t, join(dir, "d", "sub"), 0o755)
+				writeFile(t, join(dir, "d", "sub", "f"), "lower", 0o644)
+				writeFile(t, join(dir, "d", "g"), "lower", 0o644)
+			},
+			Run: func(t *testing.T, dir string) {
+				// st_ino of a directory is stable across a write inside it
+				// and equals readdir's d_ino (find -inum, ls -i, tar, du and
+				// git's untracked cache compare them), as a file's does.
+				paths := []string{"d", "d/sub", "d/sub/f", "d/g"}
+				before := map[string]uint64{}
+				for _, p := range paths {
+					before[p] = lstat(t, join(dir, p)).Ino
+				}
+				writeFile(t, join(dir, "d", "sub", "new"), "", 0o644) // copies d and d/sub up
+				fd := open(t, join(dir, "d", "g"), unix.O_WRONLY|unix.O_APPEND, 0)
+				pwrite(t, fd, "more", 5)
+				closeFd(t, &fd)
+				for _, p := range paths {
+					if got := lstat(t, join(dir, p)).Ino; got != before[p] {
+						t.Errorf("%s: st_ino %d after a write inside, was %d", p, got, before[p])
+					}
+				}
+				for _, d := range []string{".", "d", "d/sub"} {
+					for _, e := range readDirents(t, join(dir, d)) {
+						if e.name == "." || e.name == ".." {
+							continue
+						}
+						if st := lstat(t, join(dir, d, e.name)); st.Ino != e.ino {
+							t.Errorf("%s/%s: d_ino %d, st_ino %d", d, e.name, e.ino, st.Ino)
+						}
+					}
+				}
+			}},
 	}
 }

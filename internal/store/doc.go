@@ -26,6 +26,12 @@
 // metadata only, and a commit into main applies it to the base's file in
 // place (op "meta": its owner, mode, times and xattrs; its data untouched).
 //
+// Inode numbers. A copy-up (of a file, or of a directory for a write
+// inside it) records the number the path reported before in the xattr
+// user.arbor.ino of the copy and in its index entry (Res.Ino, DirEntry.Ino):
+// st_ino and readdir's d_ino stay the lower one's in every view, across
+// forks, commits and a reopen (find, tar, du and git compare them).
+//
 // Fork is O(1) in the size of the base: the parent's head is frozen (it stays
 // in the parent's chain and becomes the bottom of the child's) and both sides
 // get fresh empty heads. An empty head is not frozen at all: the child simply

@@ -18,7 +18,7 @@ const TempPrefix = ".arbor-write-"
 const (
 	whPrefix   = ".wh."
 	opqMarker  = ".wh..wh..opq"
-	inoXattr   = "user.arbor.ino"   // the inode number a copied-up file keeps reporting
+	inoXattr   = "user.arbor.ino"   // the inode number a copied-up file or directory keeps reporting
 	nlinkXattr = "user.arbor.nlink" // the link count of a hard-linked file it was copied from
 	// metaXattr marks a metadata-only copy-up (metacopy): an empty file
 	// whose metadata is the path's and whose data is the lower file's.
@@ -70,7 +70,7 @@ type entry struct {
 	l      *layer
 	kind   kind
 	opaque bool
-	ino    uint64 // for a copied-up file, the inode number it reports
+	ino    uint64 // for a copied-up file or directory, the inode number it reports
 	// meta: a metadata-only copy-up; the data is what the layers below
 	// show at the same path (see Store.CopyUpMeta).
 	meta bool
@@ -156,7 +156,7 @@ func (s *Store) indexDir(l *layer, dir int, rel string) error {
 			if err != nil {
 				return fmt.Errorf("store: index %s: %w", l.real(p), err)
 			}
-			s.putAlloc(l, p, kDir, hasOpaque(cfd), 0, st.Blocks*512)
+			s.putAlloc(l, p, kDir, hasOpaque(cfd), s.readXattrUint(l.real(p), inoXattr), st.Blocks*512)
 			err = s.indexDir(l, cfd, p)
 			unix.Close(cfd)
 			if err != nil {
@@ -247,6 +247,11 @@ func (s *Store) putAlloc(l *layer, rel string, k kind, opaque bool, ino uint64, 
 	es := s.index[rel]
 	for i := range es {
 		if es[i].l == l {
+			if k == kDir && ino == 0 && es[i].kind == kDir {
+				// The same directory, made opaque or measured again: it
+				// keeps the inode number it reports.
+				ino = es[i].ino
+			}
 			es[i].kind, es[i].opaque, es[i].ino, es[i].meta = k, opaque, ino, false
 			return
 		}

@@ -103,7 +103,8 @@ func (s *Store) preserveWith(snaps []*layer, rel string, subtree bool, pre *prep
 			if err := s.copyNode(real, dst, &st); err != nil {
 				return err
 			}
-			s.put(o, rel, kDir, false, 0)
+			s.setIno(dst, st.Ino)
+			s.put(o, rel, kDir, false, st.Ino)
 		case first != "":
 			if err := s.link(first, dst); err != nil {
 				return err
@@ -160,7 +161,8 @@ func (s *Store) preserveTree(o *layer, rel string, st *unix.Stat_t) error {
 		if err := s.copyNode(real, dst, st); err != nil {
 			return err
 		}
-		s.put(o, rel, kDir, false, 0)
+		s.setIno(dst, st.Ino)
+		s.put(o, rel, kDir, false, st.Ino)
 	}
 	ents, err := s.readDirents(real)
 	if err != nil {
@@ -237,7 +239,8 @@ func (s *Store) ensureParentIn(l *layer, rel string) error {
 		if err := s.copyNode(s.base+"/"+p, l.real(p), &st); err != nil {
 			return err
 		}
-		s.put(l, p, kDir, false, 0)
+		s.setIno(l.real(p), st.Ino)
+		s.put(l, p, kDir, false, st.Ino)
 	}
 	return nil
 }
@@ -412,10 +415,12 @@ func (s *Store) copyUpWith(b *Branch, rel string, trunc bool, pre *prepared) (st
 	if err := copy(res.Real, dst, &st); err != nil {
 		return "", err
 	}
+	// A directory keeps its inode number as a file does (find, tar, du
+	// and git compare directories' st_ino).
+	s.setIno(dst, ino)
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		k, ino = kDir, 0
+		k = kDir
 	} else {
-		s.setIno(dst, ino)
 		if st.Mode&unix.S_IFMT == unix.S_IFREG && !empty {
 			h.bytes += st.Size
 		}
