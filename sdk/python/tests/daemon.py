@@ -46,7 +46,7 @@ def arbord_binary() -> str:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 class Daemon:
@@ -161,12 +161,13 @@ def required(capability: str) -> bool:
     return any(c.strip() in ("all", capability) for c in os.environ.get("ARBOR_TEST_REQUIRE", "").split(","))
 
 
-def jail_tree(c: arbor.Client, base: str, **kw: str) -> arbor.Tree:
-    """A tree on the jail backend (``kw``: tree_create's image, network), or a skip (a
+def jail_tree(c: arbor.Client, base: str, *, image: str | None = None,
+              network: str | None = None) -> arbor.Tree:
+    """A tree on the jail backend (on ``image``, with ``network``), or a skip (a
     failure when the run requires what is missing: root, else cgroups, internal/testenv's
     capabilities) if arbord serves none."""
     try:
-        return c.create_tree(base, backend="jail", **kw)
+        return c.create_tree(base, backend="jail", image=image, network=network)
     except arbor.BadRequestError as e:
         if "is unknown" not in e.message:
             raise
