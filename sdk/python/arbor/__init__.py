@@ -15,8 +15,8 @@ from .errors import (ArborError, AttemptError, AuthError, BadRequestError, Budge
                      ConnectionLost, DaemonUnavailable, ExistsError, ForbiddenError, InternalError,
                      LimitError, NoSpaceError, NotFoundError, NotSupportedError, ProtectedError,
                      StaleError, StateError, Timeout, UnavailableError)
-from .types import (Budget, Event, ExecResult, FileInfo, NodeInfo, Output, ProcessInfo, Snapshot, TreeInfo,
-                    Usage)
+from .types import (Budget, Event, ExecResult, FileInfo, ImageBuild, ImageInfo, NodeInfo, Output, ProcessInfo,
+                    Snapshot, TreeInfo, Usage)
 
 #: The SDK's version: the daemon's (internal/daemon.Version), released together.
 __version__ = "0.1.0"
@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Client", "Tree", "Node", "Files", "Process", "Watch", "ExecStream", "default_client",
     "Budget", "Usage", "NodeInfo", "TreeInfo", "Snapshot", "Event", "ExecResult", "Output", "FileInfo",
-    "ProcessInfo",
+    "ProcessInfo", "ImageInfo", "ImageBuild",
     "ArborError", "BadRequestError", "NotFoundError", "ExistsError", "StaleError", "BudgetError",
     "ProtectedError", "StateError", "BusyError", "NoSpaceError", "LimitError", "AuthError",
     "ForbiddenError", "UnavailableError", "NotSupportedError", "InternalError", "ConnectionLost",

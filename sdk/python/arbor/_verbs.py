@@ -10,16 +10,60 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, Union
 
 from .errors import ArborError, BadRequestError, from_reply
-from .types import Budget, ExecResult, FileInfo, Output, ProcessInfo, wire_bytes
+from .types import Budget, ExecResult, FileInfo, ImageBuild, ImageInfo, Output, ProcessInfo, wire_bytes
 
 Req = dict[str, Any]
 
 
 def create(base: str | os.PathLike[str], backend: str | None, budget: Budget | Mapping[str, int] | None,
-           tree_id: str | None) -> Req:
+           tree_id: str | None, image: str | None = None, network: str | None = None) -> Req:
     b = budget.wire() if isinstance(budget, Budget) else (dict(budget) if budget else None)
     return {"op": "tree_create", "base": os.path.abspath(os.fspath(base)), "backend": backend,
-            "budget": b or None, "tree_id": tree_id}
+            "budget": b or None, "tree_id": tree_id, "image": image or None, "network": network or None}
+
+
+def image_build(name: str, suite: str | None, variant: str | None, packages: Sequence[str] | None) -> Req:
+    if isinstance(packages, str):  # one name, not its letters
+        packages = [packages]
+    return {"op": "image_build", "image": name, "suite": suite or None, "variant": variant or None,
+            "packages": list(packages) if packages else None}
+
+
+#: How long an image_build may wait for its first line: a build of inputs another build is
+#: making waits for that one before it says anything (mmdebstrap takes about a minute).
+IMAGE_FIRST_LINE = 3600.0
+
+
+class ImageLines:
+    """Reads the lines of an image_build stream: each ``image_progress`` line goes to the
+    callback; the ``image_built`` line ends it (``result``)."""
+
+    def __init__(self, on_progress: Callable[[str], Any] | None) -> None:
+        self.cb = on_progress
+        self.result: ImageBuild | None = None
+
+    def feed(self, line: Req) -> bool:
+        """Take one line; True once the build's reply came. An error line raises."""
+        if line.get("status") == "error":  # the daemon's last line, in place of image_built
+            raise from_reply(line, op="image_build")
+        if line.get("status") == "image_progress":
+            if self.cb is not None:
+                self.cb(str(line.get("progress") or ""))
+            return False
+        if isinstance(line.get("image"), dict):
+            self.result = ImageBuild(ImageInfo.of(line["image"]), bool(line.get("cached")))
+            return True
+        raise ArborError(f"image_build: unexpected reply {line.get('status')!r}", "internal", op="image_build")
+
+    def done(self) -> ImageBuild:
+        if self.result is None:
+            raise ArborError("image_build: the stream ended before the build's end", "connection_lost",
+                             op="image_build")
+        return self.result
+
+
+def images(reply: Req) -> list[ImageInfo]:
+    return [ImageInfo.of(i) for i in reply.get("images") or ()]
 
 
 def fork(tree: str, source: str, n: int | None, label: str | None,

@@ -10,6 +10,8 @@ its method, path and body exactly as the Go client does (client/http.go).
 The files verbs (``file_*``) are served on every backend; exec and the background
 processes (``tree_exec``, ``exec_*``) where the backend runs processes (jail, vm).
 A daemon without them answers NotSupportedError (:func:`arbor.errors.from_reply`).
+The image verbs (``image_build``, ``image_list``, ``image_rm``) are /v1/images;
+image_build streams ``image_progress`` lines before its ``image_built`` reply.
 file_read's reply and file_write's data stream in chunks: ``file_data`` lines and
 input lines over the socket, a raw body over HTTP.
 """
@@ -25,10 +27,11 @@ from .errors import BadRequestError
 
 #: Ops that only read: a dropped idle connection is retried once for them.
 READ_ONLY = frozenset({"ping", "tree_nodes", "tree_list", "ws_list", "ws_diff", "ws_mounts",
-                       "file_read", "file_list", "file_stat", "exec_list", "exec_logs"})
+                       "file_read", "file_list", "file_stat", "exec_list", "exec_logs",
+                       "image_list"})
 
 #: Ops whose socket reply is a stream of lines (ended by the daemon or by closing).
-STREAMS = frozenset({"tree_watch", "tree_exec", "exec_logs", "file_read"})
+STREAMS = frozenset({"tree_watch", "tree_exec", "exec_logs", "file_read", "image_build"})
 
 #: Ops whose HTTP body is the file's raw bytes (file_read's reply, file_write's request).
 RAW = frozenset({"file_read", "file_write"})
@@ -90,8 +93,16 @@ def http_route(req: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None]:
     if op == "tree_list":
         return "GET", "/v1/trees", None
     if op == "tree_create":
-        body = {k: req[k] for k in ("tree_id", "base", "backend", "budget") if req.get(k)}
+        body = {k: req[k] for k in ("tree_id", "base", "backend", "budget", "image", "network") if req.get(k)}
         return "POST", "/v1/trees", body
+    if op == "image_list":
+        return "GET", "/v1/images", None
+    if op == "image_build":  # streamed: image_progress lines, then image_built
+        body = {k: req[k] for k in ("image", "suite", "variant", "packages") if req.get(k)}
+        return "POST", "/v1/images" + ("?stream=ndjson" if req.get("stream") else ""), body
+    if op == "image_rm":
+        _need(req, "image")
+        return "DELETE", "/v1/images/" + quote(str(req["image"]), safe=""), None
     if op == "tree_watch":
         if req.get("tree_id"):
             return "GET", f"/v1/trees/{t}/watch", None

@@ -19,7 +19,8 @@ from . import _config, _verbs
 from ._aiotransport import AsyncFileStream, AsyncHTTPTransport, AsyncSocketTransport, AsyncStream, Input
 from .client import DEFAULT_TIMEOUT
 from .errors import ArborError, NotFoundError, StaleError
-from .types import Budget, Event, ExecResult, FileInfo, NodeInfo, Output, ProcessInfo, Snapshot, TreeInfo, Usage
+from .types import (Budget, Event, ExecResult, FileInfo, ImageBuild, ImageInfo, NodeInfo, Output, ProcessInfo,
+                    Snapshot, TreeInfo, Usage)
 
 __all__ = ["AsyncClient", "AsyncTree", "AsyncNode", "AsyncWatch", "AsyncFiles", "AsyncProcess",
            "AsyncExecStream", "AsyncFileStream"]
@@ -57,11 +58,31 @@ class AsyncClient:
 
     async def create_tree(self, base: str | os.PathLike[str], *, backend: str | None = None,
                           budget: Budget | Mapping[str, int] | None = None,
-                          tree_id: str | None = None) -> AsyncTree:
-        r = await self._t.call(_verbs.create(base, backend, budget, tree_id))
+                          tree_id: str | None = None, image: str | None = None,
+                          network: str | None = None) -> AsyncTree:
+        r = await self._t.call(_verbs.create(base, backend, budget, tree_id, image, network))
         t = AsyncTree(self, str(r["tree_id"]), str(r["root"]))
         t.root._path = r.get("path") or None
         return t
+
+    async def build_image(self, name: str, *, packages: Sequence[str] | None = None, suite: str | None = None,
+                          variant: str | None = None, on_progress: Callable[[str], Any] | None = None,
+                          timeout: float | None = None) -> ImageBuild:
+        """Build (or find cached) the image ``name`` (see :meth:`arbor.Client.build_image`);
+        cancelling the call cancels the build."""
+        col = _verbs.ImageLines(on_progress)
+        req = _verbs.image_build(name, suite, variant, packages)
+        async with await self._t.stream(req, timeout or _verbs.IMAGE_FIRST_LINE) as s:
+            line: dict[str, Any] | None = s.first
+            while line is not None and not col.feed(line):
+                line = await anext(s, None)
+        return col.done()
+
+    async def images(self) -> list[ImageInfo]:
+        return _verbs.images(await self.call("image_list"))
+
+    async def remove_image(self, name: str) -> None:
+        await self.call("image_rm", image=name)
 
     async def tree(self, tree_id: str) -> AsyncTree:
         snap = await self.snapshot(tree_id)
@@ -120,8 +141,10 @@ class AsyncTree:
 
     @classmethod
     async def create(cls, base: str | os.PathLike[str], *, client: AsyncClient, backend: str | None = None,
-                     budget: Budget | Mapping[str, int] | None = None, tree_id: str | None = None) -> AsyncTree:
-        return await client.create_tree(base, backend=backend, budget=budget, tree_id=tree_id)
+                     budget: Budget | Mapping[str, int] | None = None, tree_id: str | None = None,
+                     image: str | None = None, network: str | None = None) -> AsyncTree:
+        return await client.create_tree(base, backend=backend, budget=budget, tree_id=tree_id,
+                                        image=image, network=network)
 
     def node(self, node_id: str) -> AsyncNode:
         return self.root if node_id == self.root.id else AsyncNode(self, node_id)

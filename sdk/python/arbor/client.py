@@ -15,7 +15,8 @@ from typing import IO, Any, overload
 from . import _config, _verbs
 from ._transport import FileStream, HTTPTransport, SocketTransport, Stream
 from .errors import ArborError, NotFoundError, StaleError
-from .types import Budget, Event, ExecResult, FileInfo, NodeInfo, Output, ProcessInfo, Snapshot, TreeInfo, Usage
+from .types import (Budget, Event, ExecResult, FileInfo, ImageBuild, ImageInfo, NodeInfo, Output, ProcessInfo,
+                    Snapshot, TreeInfo, Usage)
 
 #: The default per-call timeout in seconds (a reply, not a process: exec has its own).
 DEFAULT_TIMEOUT = 60.0
@@ -63,12 +64,42 @@ class Client:
         return [TreeInfo.of(t) for t in self.call("tree_list").get("trees") or ()]
 
     def create_tree(self, base: str | os.PathLike[str], *, backend: str | None = None,
-                    budget: Budget | Mapping[str, int] | None = None, tree_id: str | None = None) -> Tree:
+                    budget: Budget | Mapping[str, int] | None = None, tree_id: str | None = None,
+                    image: str | None = None, network: str | None = None) -> Tree:
         """Create a tree rooted at the directory ``base`` (see :meth:`Tree.create`)."""
-        r = self._t.call(_verbs.create(base, backend, budget, tree_id))
+        r = self._t.call(_verbs.create(base, backend, budget, tree_id, image, network))
         t = Tree(self, str(r["tree_id"]), str(r["root"]))
         t.root._path = r.get("path") or None
         return t
+
+    def build_image(self, name: str, *, packages: Sequence[str] | None = None, suite: str | None = None,
+                    variant: str | None = None, on_progress: Callable[[str], Any] | None = None,
+                    timeout: float | None = None) -> ImageBuild:
+        """Build the root filesystem image ``name`` from Debian packages (mmdebstrap: the
+        ``suite`` and ``variant`` default to the daemon's, bookworm and minbase; ``packages``
+        are added), or find it cached when the same inputs were built before. Each line of
+        the build's progress goes to ``on_progress`` as it comes. A jail tree runs on it with
+        ``Tree.create(..., backend="jail", image=name)``. Only root and the daemon's uid may
+        build (ForbiddenError); over HTTP the token counts as the daemon's uid. ``timeout``
+        bounds the wait for the first line (default an hour: a build of the same inputs
+        under way is waited for); the build itself may take minutes."""
+        col = _verbs.ImageLines(on_progress)
+        req = _verbs.image_build(name, suite, variant, packages)
+        with self._t.stream(req, timeout or _verbs.IMAGE_FIRST_LINE) as s:
+            line: dict[str, Any] | None = s.first
+            while line is not None and not col.feed(line):
+                line = next(s, None)
+        return col.done()
+
+    def images(self) -> list[ImageInfo]:
+        """The images the daemon holds, by name."""
+        return _verbs.images(self.call("image_list"))
+
+    def remove_image(self, name: str) -> None:
+        """Remove the image ``name`` (NotFoundError if there is none; BusyError while a tree
+        runs on it; ForbiddenError unless root or the daemon's uid asks). Its files go when
+        no other name holds them."""
+        self.call("image_rm", image=name)
 
     def tree(self, tree_id: str) -> Tree:
         """The tree ``tree_id`` (NotFoundError if the daemon has none such)."""
@@ -156,12 +187,17 @@ class Tree:
     @classmethod
     def create(cls, base: str | os.PathLike[str], *, backend: str | None = None,
                budget: Budget | Mapping[str, int] | None = None, tree_id: str | None = None,
+               image: str | None = None, network: str | None = None,
                client: Client | None = None) -> Tree:
         """Create a tree over the directory ``base`` (its root node shows the base's files;
         a commit into the root writes the base). ``backend`` is dir (the default), jail or
-        vm where the daemon serves them; ``budget`` a :class:`Budget` or its fields."""
+        vm where the daemon serves them; ``budget`` a :class:`Budget` or its fields. On a
+        jail tree, ``image`` names the image its sandboxes run on (:meth:`Client.build_image`;
+        default the host's root) and ``network`` is ``"none"`` (loopback only, the default)
+        or ``"outbound"``; the dir backend refuses both (BadRequestError). Only root and
+        the daemon's uid may own a jail or vm tree (ForbiddenError)."""
         return (client or default_client()).create_tree(base, backend=backend, budget=budget,
-                                                         tree_id=tree_id)
+                                                         tree_id=tree_id, image=image, network=network)
 
     @classmethod
     def get(cls, tree_id: str, *, client: Client | None = None) -> Tree:

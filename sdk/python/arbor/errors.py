@@ -95,7 +95,8 @@ class AuthError(ArborError):
 
 
 class ForbiddenError(ArborError):
-    """The requester may not name that path."""
+    """The requester may not do that: name that path, build or remove images, or own a
+    jail or vm tree (only root and the daemon's uid may)."""
     code = "forbidden"
 
 
@@ -151,10 +152,11 @@ CODES: dict[str, type[ArborError]] = {
 # supported" rather than as the caller's mistake.
 _OLDER_DAEMON = re.compile(r'unknown op |unknown field |^no route ')
 
-#: Ops that a daemon may predate (issue 11's process verbs).
+#: Ops that a daemon may predate (issue 11's process verbs, the image verbs).
 NEWER_OPS = frozenset({
     "exec", "tree_exec", "exec_start", "exec_kill", "exec_list", "exec_logs",
     "file_read", "file_write", "file_list", "file_stat", "file_remove", "file_mkdir",
+    "image_build", "image_list", "image_rm",
 })
 
 

@@ -85,11 +85,47 @@ class TreeInfo:
     root: str
     usage: Usage
     budget: Budget
+    #: The image a jail tree's sandboxes run on (None: the host's root) and their network
+    #: (None: "none", loopback only).
+    image: str | None = None
+    network: str | None = None
 
     @classmethod
     def of(cls, d: dict[str, Any]) -> TreeInfo:
         return cls(str(d["tree_id"]), str(d.get("base", "")), str(d.get("backend", "")),
-                   str(d.get("root", "")), Usage.of(d.get("usage")), Budget.of(d.get("budget")))
+                   str(d.get("root", "")), Usage.of(d.get("usage")), Budget.of(d.get("budget")),
+                   _opt_str(d.get("image")), _opt_str(d.get("network")))
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """A root filesystem image built from Debian packages (api/api.go's Image): ``id`` is the
+    hash of its inputs (several names may share one)."""
+
+    name: str
+    id: str
+    suite: str
+    variant: str
+    packages: tuple[str, ...]
+    mirror: str
+    hook_id: str | None
+    built_at_ns: int
+    size_bytes: int
+
+    @classmethod
+    def of(cls, d: dict[str, Any]) -> ImageInfo:
+        return cls(str(d.get("name", "")), str(d.get("id", "")), str(d.get("suite", "")),
+                   str(d.get("variant", "")), tuple(d.get("packages") or ()), str(d.get("mirror", "")),
+                   _opt_str(d.get("hook_id")), int(d.get("built_at_unix_ns", 0)), int(d.get("size_bytes", 0)))
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    """What :meth:`arbor.Client.build_image` returns: the image, and whether it was cached
+    (built before from the same inputs, so nothing ran)."""
+
+    image: ImageInfo
+    cached: bool
 
 
 @dataclass(frozen=True)

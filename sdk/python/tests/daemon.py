@@ -46,21 +46,37 @@ def arbord_binary() -> str:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 class Daemon:
-    """One arbord in its own temporary home."""
+    """One arbord in its own temporary home.
 
-    def __init__(self) -> None:
+    ``allow_uid`` admits that uid to the socket too (``--allow-uid``; the socket is then in
+    a directory it can reach, ``socket_dir``); ``images`` is a directory the daemon's
+    $ARBOR_HOME/images links to (the Go tests' image cache, so a run builds an image once).
+    """
+
+    def __init__(self, *, allow_uid: int | None = None, images: str | None = None) -> None:
         self.tmp = tempfile.mkdtemp(prefix="arbor-pytest-")
         self.home = os.path.join(self.tmp, "home")
         os.mkdir(self.home)
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.socket = os.path.join(self.home, "arbord.sock")
+        args = ["--http", f"127.0.0.1:{self.port}"]
+        if allow_uid is not None:
+            os.chmod(self.tmp, 0o711)  # reachable, not listable
+            sock_dir = os.path.join(self.tmp, "sock")
+            os.mkdir(sock_dir)
+            os.chmod(sock_dir, 0o755)
+            self.socket = os.path.join(sock_dir, "arbord.sock")
+            args += ["--allow-uid", str(allow_uid), "--socket", self.socket]
+        if images is not None:
+            os.makedirs(images, exist_ok=True)
+            os.symlink(images, os.path.join(self.home, "images"))
         self.log = open(os.path.join(self.tmp, "arbord.log"), "wb")
-        self.proc = subprocess.Popen([arbord_binary(), "--http", f"127.0.0.1:{self.port}"],
+        self.proc = subprocess.Popen([arbord_binary(), *args],
                                      env={**os.environ, "ARBOR_HOME": self.home}, stdout=self.log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
@@ -145,11 +161,13 @@ def required(capability: str) -> bool:
     return any(c.strip() in ("all", capability) for c in os.environ.get("ARBOR_TEST_REQUIRE", "").split(","))
 
 
-def jail_tree(c: arbor.Client, base: str) -> arbor.Tree:
-    """A tree on the jail backend, or a skip (a failure when the run requires what is
-    missing: root, else cgroups, internal/testenv's capabilities) if arbord serves none."""
+def jail_tree(c: arbor.Client, base: str, *, image: str | None = None,
+              network: str | None = None) -> arbor.Tree:
+    """A tree on the jail backend (on ``image``, with ``network``), or a skip (a
+    failure when the run requires what is missing: root, else cgroups, internal/testenv's
+    capabilities) if arbord serves none."""
     try:
-        return c.create_tree(base, backend="jail")
+        return c.create_tree(base, backend="jail", image=image, network=network)
     except arbor.BadRequestError as e:
         if "is unknown" not in e.message:
             raise
@@ -160,8 +178,9 @@ def jail_tree(c: arbor.Client, base: str) -> arbor.Tree:
         raise unittest.SkipTest(why) from e
 
 
-def setUpModule() -> None:
-    d = Daemon()
+def setUpModule(*, allow_uid: int | None = None, images: str | None = None) -> None:
+    """Start the module's daemon (with :class:`Daemon`'s options)."""
+    d = Daemon(allow_uid=allow_uid, images=images)
     # A tree needs a FUSE mount: without one, skip with the daemon's reason, or fail
     # when the run requires FUSE (scripts/test.sh sets ARBOR_TEST_REQUIRE=all).
     try:

@@ -409,10 +409,12 @@ class WireErrors(unittest.TestCase):
                     {"op": "tree_exec", "tree_id": "t", "node_id": "n", "argv": ["true"]},
                     {"op": "exec_list", "tree_id": "t", "node_id": "n"},
                     {"op": "exec_kill", "tree_id": "t", "node_id": "n", "process_id": "p1"},
-                    {"op": "exec_logs", "tree_id": "t", "node_id": "n", "process_id": "p1"}):
+                    {"op": "exec_logs", "tree_id": "t", "node_id": "n", "process_id": "p1"},
+                    {"op": "image_list"}, {"op": "image_build", "image": "i", "stream": True},
+                    {"op": "image_rm", "image": "i"}):
             method, path, _ = _wire.http_route(req)
             pattern = re.sub(r"/t(?=/|$)", "/{tree}", path.split("?")[0]).replace("/nodes/n", "/nodes/{node}")
-            pattern = pattern.replace("/files/d/f", "/files/{path...}")
+            pattern = pattern.replace("/files/d/f", "/files/{path...}").replace("/images/i", "/images/{image}")
             self.assertIn(pattern, paths, req)
             self.assertIn(method.lower(), paths[pattern], req)
 

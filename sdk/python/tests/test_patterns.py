@@ -55,14 +55,20 @@ class TestSpeculate(PatternCase):
             a.run(f"sleep 60 & echo $! > {pidfile}; wait")
             put(a, "f.txt", "slow")
 
+        # fast commits once slow runs its process and failing wrote its file (under load,
+        # failing may not have written before fast's commit aborted its node: ESTALE).
+        failing_wrote = threading.Event()
+
         def fast(a: Attempt) -> bool:
             while not os.path.exists(pidfile):
                 time.sleep(0.01)
+            failing_wrote.wait(30)
             put(a, "f.txt", "fast")
             return True
 
         def failing(a: Attempt) -> bool:
             put(a, "f.txt", "failing")
+            failing_wrote.set()
             return False
         t0 = time.monotonic()
         o = Speculate([slow, fast, failing])(self.tree)
