@@ -87,12 +87,10 @@ func (s *Store) Replay(from, into string) ([]Conflict, error) {
 	sort.Strings(sorted) // parents first
 	var conflicts []Conflict
 	for _, p := range sorted {
-		c, err := s.replayPath(f, t, p)
+		cs, err := s.replayPath(f, t, p)
+		conflicts = append(conflicts, cs...)
 		if err != nil {
 			return conflicts, fmt.Errorf("rebase %s onto %s: %s: %w", from, into, p, err)
-		}
-		if c != nil {
-			conflicts = append(conflicts, *c)
 		}
 	}
 	if err := s.saveConflicts(t, conflicts); err != nil {
@@ -183,7 +181,7 @@ func (s *Store) text(v version) ([]byte, bool) {
 }
 
 // replayPath applies from's change of rel onto into (see Replay).
-func (s *Store) replayPath(from, into *Branch, rel string) (*Conflict, error) {
+func (s *Store) replayPath(from, into *Branch, rel string) ([]Conflict, error) {
 	base, err := s.versionOf(from, rel, from.forkDepth)
 	if err != nil {
 		return nil, err
@@ -200,35 +198,59 @@ func (s *Store) replayPath(from, into *Branch, rel string) (*Conflict, error) {
 	case s.same(ours, base), s.same(ours, theirs):
 		return nil, nil // nothing of ours to bring, or theirs has it already
 	case !ours.ok:
-		// Ours deleted it: where theirs changed it, the change stays; a
+		// Ours deleted it: where theirs changed it (a directory made
+		// where there was none is a change), the change stays; a
 		// directory goes only if nothing is left in it.
-		if !s.same(theirs, base) && !theirs.isDir() {
+		if !theirs.ok || (!s.same(theirs, base) && !theirs.isDir()) || (theirs.isDir() && !base.isDir()) {
 			return nil, nil
 		}
 		if theirs.isDir() {
-			if ents, err := s.readDir(into, rel, len(into.chain)); err != nil || len(ents) > 0 {
+			if empty, err := s.emptyDir(into, rel); err != nil || !empty {
 				return nil, err
 			}
 		}
 		return nil, s.remove(into, rel, theirs.isDir())
-	case ours.isDir():
-		switch {
-		case theirs.isDir():
-			return nil, nil // its entries are replayed one by one
-		case theirs.ok:
-			aside := rel + "~theirs"
-			if err := s.moveAside(into, rel, aside); err != nil {
-				return nil, err
-			}
-			return &Conflict{Path: rel, Kind: "type", Aside: aside}, s.install(into, rel, ours, nil)
+	}
+	// Ours is written at rel (or beside it): its directories first.
+	cs, err := s.replayParents(from, into, rel)
+	if err != nil {
+		return cs, err
+	}
+	if len(cs) > 0 {
+		if theirs, err = s.versionOf(into, rel, len(into.chain)); err != nil {
+			return cs, err
 		}
-		return nil, s.install(into, rel, ours, nil)
-	case !theirs.ok, s.same(theirs, base):
+	}
+	// A directory of theirs ours replaces with something else goes only
+	// if it was left as it was and is empty.
+	replaceable := !theirs.ok || s.same(theirs, base)
+	if replaceable && theirs.isDir() && !ours.isDir() {
+		empty, err := s.emptyDir(into, rel)
+		if err != nil {
+			return cs, err
+		}
+		replaceable = empty
+	}
+	switch {
+	case replaceable:
 		// Theirs deleted it (our change stays) or left it as it was.
-		return nil, s.install(into, rel, ours, nil)
+		return cs, s.install(into, rel, ours, nil)
+	case ours.isDir() && theirs.isDir():
+		return cs, nil // both changed it: theirs stays, the entries are replayed one by one
+	case ours.isDir():
+		// Theirs made something else of it: theirs goes beside, ours'
+		// directory takes the path and its entries are replayed.
+		c, err := s.moveAside(from, into, rel, "~theirs")
+		if err != nil {
+			return cs, err
+		}
+		return append(cs, c), s.install(into, rel, ours, nil)
 	case theirs.isDir():
-		aside := rel + "~ours"
-		return &Conflict{Path: rel, Kind: "type", Aside: aside}, s.install(into, aside, ours, nil)
+		aside, err := s.freeName(from, into, rel+"~ours")
+		if err != nil {
+			return cs, err
+		}
+		return append(cs, Conflict{Path: rel, Kind: "type", Aside: aside}), s.install(into, aside, ours, nil)
 	}
 	// Both changed a file.
 	bt, bok := s.text(base)
@@ -237,18 +259,69 @@ func (s *Store) replayPath(from, into *Branch, rel string) (*Conflict, error) {
 	if bok && ook && tok {
 		merged, n := merge.Lines(bt, ot, tt, from.Name, into.Name)
 		if err := s.install(into, rel, ours, merged); err != nil {
-			return nil, err
+			return cs, err
 		}
 		if n > 0 {
-			return &Conflict{Path: rel, Kind: "text"}, nil
+			return append(cs, Conflict{Path: rel, Kind: "text"}), nil
 		}
-		return nil, nil
+		return cs, nil
 	}
-	aside := rel + "~theirs"
-	if err := s.moveAside(into, rel, aside); err != nil {
-		return nil, err
+	c, err := s.moveAside(from, into, rel, "~theirs")
+	if err != nil {
+		return cs, err
 	}
-	return &Conflict{Path: rel, Kind: "both", Aside: aside}, s.install(into, rel, ours, nil)
+	c.Kind = "both"
+	if ours.st.Mode&unix.S_IFMT != theirs.st.Mode&unix.S_IFMT {
+		c.Kind = "type" // a file against a symlink, a device, a FIFO
+	}
+	return append(cs, c), s.install(into, rel, ours, nil)
+}
+
+// replayParents makes every directory above rel in into a directory, as
+// ours has them, before ours is written beneath: one theirs deleted is made
+// again (a change beats a delete); one theirs made a file, a symlink or
+// anything else goes beside (PATH~theirs, a conflict) and ours' directory
+// takes its place. A symlink of theirs is moved, never followed.
+func (s *Store) replayParents(from, into *Branch, rel string) ([]Conflict, error) {
+	var cs []Conflict
+	for i := 0; i < len(rel); i++ {
+		if rel[i] != '/' {
+			continue
+		}
+		dir := rel[:i]
+		theirs, err := s.versionOf(into, dir, len(into.chain))
+		if err != nil {
+			return cs, err
+		}
+		if theirs.isDir() {
+			continue
+		}
+		ours, err := s.versionOf(from, dir, len(from.chain))
+		if err != nil {
+			return cs, err
+		}
+		if !ours.isDir() {
+			return cs, fmt.Errorf("%s: not a directory in %s: %w", dir, from.Name, syscall.ENOTDIR)
+		}
+		if theirs.ok {
+			c, err := s.moveAside(from, into, dir, "~theirs")
+			if err != nil {
+				return cs, err
+			}
+			c.Kind = "type"
+			cs = append(cs, c)
+		}
+		if err := s.install(into, dir, ours, nil); err != nil {
+			return cs, err
+		}
+	}
+	return cs, nil
+}
+
+// emptyDir reports whether b's directory rel has no entries.
+func (s *Store) emptyDir(b *Branch, rel string) (bool, error) {
+	ents, err := s.readDir(b, rel, len(b.chain))
+	return len(ents) == 0, err
 }
 
 // install puts v (with data instead of v's own, if not nil) at rel in b,
@@ -313,12 +386,34 @@ func (s *Store) writeNew(dst string, data []byte) error {
 	return unix.Close(fd)
 }
 
-// moveAside renames rel to aside in b (theirs kept beside ours).
-func (s *Store) moveAside(b *Branch, rel, aside string) error {
-	if _, err := s.resolve(b, aside, len(b.chain)); err == nil {
-		return fmt.Errorf("%s exists: %w", aside, syscall.EEXIST)
+// moveAside renames rel to a free name (rel+suffix, or with .1, .2, ...
+// after it) in into: theirs kept beside ours. The conflict names it.
+func (s *Store) moveAside(from, into *Branch, rel, suffix string) (Conflict, error) {
+	aside, err := s.freeName(from, into, rel+suffix)
+	if err != nil {
+		return Conflict{}, err
 	}
-	return s.renameLocked(b, rel, aside, 0)
+	return Conflict{Path: rel, Kind: "type", Aside: aside}, s.renameLocked(into, rel, aside, unix.RENAME_NOREPLACE)
+}
+
+// asideMax bounds the names freeName tries.
+const asideMax = 1000
+
+// freeName is name, or name.1, name.2, ...: the first that neither into
+// nor from (whose paths are still to be replayed) has.
+func (s *Store) freeName(from, into *Branch, name string) (string, error) {
+	for i := 0; i < asideMax; i++ {
+		n := name
+		if i > 0 {
+			n = fmt.Sprintf("%s.%d", name, i)
+		}
+		_, errInto := s.resolve(into, n, len(into.chain))
+		_, errFrom := s.resolve(from, n, len(from.chain))
+		if errInto != nil && errFrom != nil {
+			return n, nil
+		}
+	}
+	return "", fmt.Errorf("%s and %d names after it exist: %w", name, asideMax-1, syscall.EEXIST)
 }
 
 // saveConflicts records b's conflicts (none: forgets them).
