@@ -315,3 +315,31 @@ func TestReplayTypeMatrix(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayAsideTaken: PATH~theirs taken on the replayed branch's side
+// (and PATH~theirs.1 on the target's): theirs goes to the next free name,
+// and the branch's own PATH~theirs is replayed as any new file.
+func TestReplayAsideTaken(t *testing.T) {
+	f := newFixture(t, map[string]string{"bin": "\x00base"})
+	f.fork(Main, "win", "lose")
+	w, l := f.br("win"), f.br("lose")
+	f.write(w, "bin", "\x00win")
+	f.write(w, "bin~theirs.1", "win's own")
+	f.write(l, "bin", "\x00lose")
+	f.write(l, "bin~theirs", "lose's own")
+	f.commit("win", true)
+	f.fork(Main, "r")
+	cs, err := f.s.Replay("lose", "r")
+	if err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if len(cs) != 1 || cs[0].Path != "bin" || cs[0].Aside != "bin~theirs.2" {
+		t.Fatalf("conflicts: %+v, want bin aside bin~theirs.2", cs)
+	}
+	r := f.br("r")
+	for rel, want := range map[string]string{"bin": "\x00lose", "bin~theirs": "lose's own", "bin~theirs.1": "win's own", "bin~theirs.2": "\x00win"} {
+		if got := f.read(r, rel); got != want {
+			t.Errorf("%s: %q, want %q", rel, got, want)
+		}
+	}
+}
