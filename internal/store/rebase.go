@@ -25,11 +25,18 @@ import (
 //   - both made the same change: it;
 //   - both changed a regular text file: a three-way line merge (package
 //     merge); overlapping changes leave conflict markers;
+//   - both made it a directory: theirs stays, ours' entries are replayed;
 //   - both changed it otherwise (binary, a symlink, a type change): ours at
-//     the path and theirs beside it at PATH~theirs (a directory of theirs
-//     stays, ours goes to PATH~ours);
+//     the path and theirs beside it at PATH~theirs, moved as it is (a
+//     symlink is never followed); but a directory of theirs stays, and ours
+//     goes to PATH~ours;
+//   - a directory above one of ours' paths that theirs deleted is made
+//     again; one theirs made a file or a symlink goes to PATH~theirs (a
+//     conflict) and ours' directory takes the path;
 //   - deleted on one side, changed on the other: the change is kept;
-//   - a directory ours deleted goes only if the target's is empty.
+//   - a directory ours deleted goes only if the target's is empty;
+//   - PATH~theirs (~ours) taken on either side: PATH~theirs.1, .2, ...;
+//     the conflict names the one used.
 //
 // The conflicts are recorded with the target, durably; its commit is
 // refused (api.ErrState) while one is unresolved: a text file still holding
