@@ -87,6 +87,9 @@ func (s *Store) Replay(from, into string) ([]Conflict, error) {
 			}
 		}
 	}
+	if err := s.droppedEntries(f, paths); err != nil {
+		return nil, fmt.Errorf("rebase %s: %w", from, err)
+	}
 	sorted := make([]string, 0, len(paths))
 	for p := range paths {
 		sorted = append(sorted, p)
@@ -208,15 +211,16 @@ func (s *Store) replayPath(from, into *Branch, rel string) ([]Conflict, error) {
 		// Ours deleted it: where theirs changed it (a directory made
 		// where there was none is a change), the change stays; a
 		// directory goes only if nothing is left in it.
-		if !theirs.ok || (!s.same(theirs, base) && !theirs.isDir()) || (theirs.isDir() && !base.isDir()) {
+		if !theirs.ok || !s.same(theirs, base) {
 			return nil, nil
 		}
 		if theirs.isDir() {
-			if empty, err := s.emptyDir(into, rel); err != nil || !empty {
+			if same, err := s.sameTree(from, into, rel); err != nil || !same {
 				return nil, err
 			}
+			return nil, s.removeTree(into, rel)
 		}
-		return nil, s.remove(into, rel, theirs.isDir())
+		return nil, s.remove(into, rel, false)
 	}
 	// Ours is written at rel (or beside it): its directories first.
 	cs, err := s.replayParents(from, into, rel)
@@ -229,14 +233,19 @@ func (s *Store) replayPath(from, into *Branch, rel string) ([]Conflict, error) {
 		}
 	}
 	// A directory of theirs ours replaces with something else goes only
-	// if it was left as it was and is empty.
+	// if theirs left all of it as it was.
 	replaceable := !theirs.ok || s.same(theirs, base)
 	if replaceable && theirs.isDir() && !ours.isDir() {
-		empty, err := s.emptyDir(into, rel)
+		same, err := s.sameTree(from, into, rel)
 		if err != nil {
 			return cs, err
 		}
-		replaceable = empty
+		if replaceable = same; same {
+			if err := s.removeTree(into, rel); err != nil {
+				return cs, err
+			}
+			theirs = version{}
+		}
 	}
 	switch {
 	case replaceable:
@@ -325,10 +334,89 @@ func (s *Store) replayParents(from, into *Branch, rel string) ([]Conflict, error
 	return cs, nil
 }
 
-// emptyDir reports whether b's directory rel has no entries.
-func (s *Store) emptyDir(b *Branch, rel string) (bool, error) {
+// droppedEntries adds to paths the entries of from's base that a
+// directory of from's own layers (made anew: opaque) no longer has: ours
+// deleted them, although no layer names them.
+func (s *Store) droppedEntries(from *Branch, paths map[string]bool) error {
+	for p := range paths {
+		base, err := s.versionOf(from, p, from.forkDepth)
+		if err != nil || !base.isDir() {
+			continue
+		}
+		ours, err := s.versionOf(from, p, len(from.chain))
+		if err != nil || !ours.isDir() {
+			continue
+		}
+		bents, err := s.readDir(from, p, from.forkDepth)
+		if err != nil {
+			return err
+		}
+		oents, err := s.readDir(from, p, len(from.chain))
+		if err != nil {
+			return err
+		}
+		has := map[string]bool{}
+		for _, e := range oents {
+			has[e.Name] = true
+		}
+		for _, e := range bents {
+			if !has[e.Name] {
+				paths[p+"/"+e.Name] = true
+			}
+		}
+	}
+	return nil
+}
+
+// sameTree reports whether into's directory rel holds, entry by entry and
+// all the way down, what from's base has there.
+func (s *Store) sameTree(from, into *Branch, rel string) (bool, error) {
+	bents, err := s.readDir(from, rel, from.forkDepth)
+	if err != nil {
+		return false, err
+	}
+	tents, err := s.readDir(into, rel, len(into.chain))
+	if err != nil || len(bents) != len(tents) {
+		return false, err
+	}
+	for _, e := range tents {
+		child := rel + "/" + e.Name
+		b, err := s.versionOf(from, child, from.forkDepth)
+		if err != nil {
+			return false, err
+		}
+		t, err := s.versionOf(into, child, len(into.chain))
+		if err != nil || !s.same(b, t) {
+			return false, err
+		}
+		if t.isDir() {
+			if same, err := s.sameTree(from, into, child); err != nil || !same {
+				return false, err
+			}
+		}
+	}
+	return true, nil
+}
+
+// removeTree removes b's rel and everything beneath it (a symlink is
+// removed, never followed).
+func (s *Store) removeTree(b *Branch, rel string) error {
 	ents, err := s.readDir(b, rel, len(b.chain))
-	return len(ents) == 0, err
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		child := rel + "/" + e.Name
+		if e.Mode == unix.S_IFDIR {
+			err = s.removeTree(b, child)
+		} else {
+			err = s.remove(b, child, false)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return s.remove(b, rel, true)
 }
 
 // install puts v (with data instead of v's own, if not nil) at rel in b,

@@ -191,12 +191,13 @@ func TestReplayTypeMatrix(t *testing.T) {
 		dir  = "dir"
 		link = "link"
 		none = "none"
+		same = "same" // as the base left it
 	)
 	// make gives p the kind k in b (a version of its own, tagged tag):
 	// a file "tag\n", a directory with p/ktag, a symlink to tag.
 	make := func(f *fixture, b *Branch, k, tag string) {
 		t.Helper()
-		if r, err := f.s.Resolve(b, "p"); err == nil {
+		if r, err := f.s.Resolve(b, "p"); err == nil && k != same {
 			if r.IsDir() {
 				for _, e := range strings.Fields(f.ls(b, "p")) {
 					f.rm(b, "p/"+e)
@@ -205,6 +206,8 @@ func TestReplayTypeMatrix(t *testing.T) {
 			f.rm(b, "p")
 		}
 		switch k {
+		case same:
+			return
 		case file:
 			f.write(b, "p", tag+"\n")
 		case dir:
@@ -243,9 +246,9 @@ func TestReplayTypeMatrix(t *testing.T) {
 	}
 	kinds := []string{file, dir, link, none}
 	for _, base := range kinds {
-		for _, ours := range kinds {
-			for _, theirs := range kinds {
-				if ours == none && theirs == none {
+		for _, ours := range append(kinds, same) {
+			for _, theirs := range append(kinds, same) {
+				if ours == none && theirs == none || ours == same && theirs == same || base == none && (ours == same || theirs == same) {
 					continue
 				}
 				name := base + "/" + ours + "/" + theirs
@@ -267,6 +270,10 @@ func TestReplayTypeMatrix(t *testing.T) {
 					// want: p's kind and tag, and the aside's.
 					wantK, wantTag, aside, asideK, asideTag, kind := "", "", "", "", "", ""
 					switch {
+					case ours == same:
+						wantK, wantTag = theirs, "t"
+					case theirs == same:
+						wantK, wantTag = ours, "o"
 					case ours == none:
 						wantK, wantTag = theirs, "t"
 					case theirs == none:
@@ -281,6 +288,9 @@ func TestReplayTypeMatrix(t *testing.T) {
 						wantK, wantTag, aside, asideK, asideTag, kind = dir, "t", "p~ours", ours, "o", "type"
 					default:
 						wantK, wantTag, aside, asideK, asideTag, kind = ours, "o", "p~theirs", theirs, "t", "type"
+					}
+					if wantK == none {
+						wantTag = ""
 					}
 					gotK, gotTag := kindOf(f, r, "p")
 					if kind == "text" {
