@@ -34,7 +34,9 @@ import (
 //     again; one theirs made a file or a symlink goes to PATH~theirs (a
 //     conflict) and ours' directory takes the path;
 //   - deleted on one side, changed on the other: the change is kept;
-//   - a directory ours deleted goes only if the target's is empty;
+//   - a directory ours deleted (or made a file or a symlink) goes only if
+//     theirs left all of it as it was, and so do the base's entries a
+//     directory ours made anew no longer has;
 //   - PATH~theirs (~ours) taken on either side: PATH~theirs.1, .2, ...;
 //     the conflict names the one used.
 //
@@ -262,7 +264,7 @@ func (s *Store) replayPath(from, into *Branch, rel string) ([]Conflict, error) {
 		}
 		return append(cs, c), s.install(into, rel, ours, nil)
 	case theirs.isDir():
-		aside, err := s.freeName(from, into, rel+"~ours")
+		aside, err := s.freeName(from, into, rel, "~ours")
 		if err != nil {
 			return cs, err
 		}
@@ -484,7 +486,7 @@ func (s *Store) writeNew(dst string, data []byte) error {
 // moveAside renames rel to a free name (rel+suffix, or with .1, .2, ...
 // after it) in into: theirs kept beside ours. The conflict names it.
 func (s *Store) moveAside(from, into *Branch, rel, suffix string) (Conflict, error) {
-	aside, err := s.freeName(from, into, rel+suffix)
+	aside, err := s.freeName(from, into, rel, suffix)
 	if err != nil {
 		return Conflict{}, err
 	}
@@ -494,21 +496,28 @@ func (s *Store) moveAside(from, into *Branch, rel, suffix string) (Conflict, err
 // asideMax bounds the names freeName tries.
 const asideMax = 1000
 
-// freeName is name, or name.1, name.2, ...: the first that neither into
-// nor from (whose paths are still to be replayed) has.
-func (s *Store) freeName(from, into *Branch, name string) (string, error) {
+// freeName is rel+suffix, or rel+suffix+".1", ".2", ...: the first that
+// neither into nor from (whose paths are still to be replayed) has. A name
+// that would pass NAME_MAX is cut before the suffix.
+func (s *Store) freeName(from, into *Branch, rel, suffix string) (string, error) {
+	dir, name := splitRel(rel)
 	for i := 0; i < asideMax; i++ {
-		n := name
+		sfx := suffix
 		if i > 0 {
-			n = fmt.Sprintf("%s.%d", name, i)
+			sfx = fmt.Sprintf("%s.%d", suffix, i)
 		}
+		n := name
+		if len(n)+len(sfx) > unix.NAME_MAX {
+			n = n[:unix.NAME_MAX-len(sfx)]
+		}
+		n = joinRel(dir, n+sfx)
 		_, errInto := s.resolve(into, n, len(into.chain))
 		_, errFrom := s.resolve(from, n, len(from.chain))
 		if errInto != nil && errFrom != nil {
 			return n, nil
 		}
 	}
-	return "", fmt.Errorf("%s and %d names after it exist: %w", name, asideMax-1, syscall.EEXIST)
+	return "", fmt.Errorf("%s%s and %d names after it exist: %w", rel, suffix, asideMax-1, syscall.EEXIST)
 }
 
 // saveConflicts records b's conflicts (none: forgets them).

@@ -328,11 +328,15 @@ func TestReplayTypeMatrix(t *testing.T) {
 
 // TestReplayAsideTaken: PATH~theirs taken on the replayed branch's side
 // (and PATH~theirs.1 on the target's): theirs goes to the next free name,
-// and the branch's own PATH~theirs is replayed as any new file.
+// and the branch's own PATH~theirs is replayed as any new file; the aside
+// of a name of NAME_MAX bytes is cut to fit.
 func TestReplayAsideTaken(t *testing.T) {
-	f := newFixture(t, map[string]string{"bin": "\x00base"})
+	long := strings.Repeat("n", 255) // NAME_MAX: its aside is cut to fit
+	f := newFixture(t, map[string]string{"bin": "\x00base", long: "\x00base"})
 	f.fork(Main, "win", "lose")
 	w, l := f.br("win"), f.br("lose")
+	f.write(w, long, "\x00win")
+	f.write(l, long, "\x00lose")
 	f.write(w, "bin", "\x00win")
 	f.write(w, "bin~theirs.1", "win's own")
 	f.write(l, "bin", "\x00lose")
@@ -343,10 +347,14 @@ func TestReplayAsideTaken(t *testing.T) {
 	if err != nil {
 		t.Fatalf("replay: %v", err)
 	}
-	if len(cs) != 1 || cs[0].Path != "bin" || cs[0].Aside != "bin~theirs.2" {
-		t.Fatalf("conflicts: %+v, want bin aside bin~theirs.2", cs)
+	longAside := long[:255-len("~theirs")] + "~theirs"
+	if len(cs) != 2 || cs[0].Path != "bin" || cs[0].Aside != "bin~theirs.2" || cs[1].Path != long || cs[1].Aside != longAside {
+		t.Fatalf("conflicts: %+v, want bin aside bin~theirs.2, and %s", cs, longAside)
 	}
 	r := f.br("r")
+	if got := f.read(r, longAside); got != "\x00win" {
+		t.Errorf("%s: %q", longAside, got)
+	}
 	for rel, want := range map[string]string{"bin": "\x00lose", "bin~theirs": "lose's own", "bin~theirs.1": "win's own", "bin~theirs.2": "\x00win"} {
 		if got := f.read(r, rel); got != want {
 			t.Errorf("%s: %q, want %q", rel, got, want)
