@@ -342,11 +342,14 @@ func (s *Store) replayParents(from, into *Branch, rel string) ([]Conflict, error
 func (s *Store) droppedEntries(from *Branch, paths map[string]bool) error {
 	for p := range paths {
 		base, err := s.versionOf(from, p, from.forkDepth)
-		if err != nil || !base.isDir() {
-			continue
+		if err != nil {
+			return err
 		}
 		ours, err := s.versionOf(from, p, len(from.chain))
-		if err != nil || !ours.isDir() {
+		if err != nil {
+			return err
+		}
+		if !base.isDir() || !ours.isDir() {
 			continue
 		}
 		bents, err := s.readDir(from, p, from.forkDepth)
