@@ -194,7 +194,7 @@ type Change struct {
 // markers removed, or the other version kept Aside removed.
 type Conflict struct {
 	Path  string `json:"path"`
-	Kind  string `json:"kind"`            // text, both (Aside holds theirs), type
+	Kind  string `json:"kind"`            // text, both (Aside holds theirs), type (Aside: PATH~theirs or PATH~ours)
 	Aside string `json:"aside,omitempty"` // the path of the other version
 }
 

@@ -180,7 +180,8 @@ func (e *env) treeRebaseCmd() *cobra.Command {
 (against its fork point) onto it: what only one side changed is taken, text
 files both changed are merged line by line, and what cannot be merged is
 listed (C PATH): conflict markers in a text file, or the parent's version kept
-at PATH~theirs. The new node cannot be committed until each is resolved.`,
+at PATH~theirs (PATH~theirs.1, ... if taken; against the parent's directory,
+the node's version at PATH~ours). The new node cannot be committed until each is resolved.`,
 		Example:           "  arbor tree rebase t1 n3\n  arbor tree rebase t1 n3 --label retry -o json",
 		Args:              exactArgs(2, 2),
 		ValidArgsFunction: e.completeTree(true),

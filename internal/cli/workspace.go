@@ -148,9 +148,10 @@ new branch and replays BRANCH's changes against its fork point onto it, as
 arbor tree rebase does on the mount's tree: what only one side changed is
 taken, text files both changed are merged line by line, and what cannot be
 merged is listed (C PATH): conflict markers in a text file, or the parent's
-version kept at PATH~theirs. The new branch cannot be committed until each is
-resolved; BRANCH is left as it was (abort it when done). The mount keeps
-showing what it showed.`,
+version kept at PATH~theirs (PATH~theirs.1, ... if taken; against the parent's
+directory, the branch's version at PATH~ours). The new branch cannot be
+committed until each is resolved; BRANCH is left as it was (abort it when
+done). The mount keeps showing what it showed.`,
 		Example:           "  arbor rebase ~/ws try-b --name try-b2\n  arbor rebase ~/ws try-b -o json",
 		Args:              exactArgs(1, 2),
 		ValidArgsFunction: e.completeMount(true),

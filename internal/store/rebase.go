@@ -25,11 +25,20 @@ import (
 //   - both made the same change: it;
 //   - both changed a regular text file: a three-way line merge (package
 //     merge); overlapping changes leave conflict markers;
+//   - both made it a directory: theirs stays, ours' entries are replayed;
 //   - both changed it otherwise (binary, a symlink, a type change): ours at
-//     the path and theirs beside it at PATH~theirs (a directory of theirs
-//     stays, ours goes to PATH~ours);
+//     the path and theirs beside it at PATH~theirs, moved as it is (a
+//     symlink is never followed); but a directory of theirs stays, and ours
+//     goes to PATH~ours;
+//   - a directory above one of ours' paths that theirs deleted is made
+//     again; one theirs made a file or a symlink goes to PATH~theirs (a
+//     conflict) and ours' directory takes the path;
 //   - deleted on one side, changed on the other: the change is kept;
-//   - a directory ours deleted goes only if the target's is empty.
+//   - a directory ours deleted (or made a file or a symlink) goes only if
+//     theirs left all of it as it was, and so do the base's entries a
+//     directory ours made anew no longer has;
+//   - PATH~theirs (~ours) taken on either side: PATH~theirs.1, .2, ...;
+//     the conflict names the one used.
 //
 // The conflicts are recorded with the target, durably; its commit is
 // refused (api.ErrState) while one is unresolved: a text file still holding
@@ -80,6 +89,9 @@ func (s *Store) Replay(from, into string) ([]Conflict, error) {
 			}
 		}
 	}
+	if err := s.droppedEntries(f, paths); err != nil {
+		return nil, fmt.Errorf("rebase %s: %w", from, err)
+	}
 	sorted := make([]string, 0, len(paths))
 	for p := range paths {
 		sorted = append(sorted, p)
@@ -87,12 +99,10 @@ func (s *Store) Replay(from, into string) ([]Conflict, error) {
 	sort.Strings(sorted) // parents first
 	var conflicts []Conflict
 	for _, p := range sorted {
-		c, err := s.replayPath(f, t, p)
+		cs, err := s.replayPath(f, t, p)
+		conflicts = append(conflicts, cs...)
 		if err != nil {
 			return conflicts, fmt.Errorf("rebase %s onto %s: %s: %w", from, into, p, err)
-		}
-		if c != nil {
-			conflicts = append(conflicts, *c)
 		}
 	}
 	if err := s.saveConflicts(t, conflicts); err != nil {
@@ -183,7 +193,7 @@ func (s *Store) text(v version) ([]byte, bool) {
 }
 
 // replayPath applies from's change of rel onto into (see Replay).
-func (s *Store) replayPath(from, into *Branch, rel string) (*Conflict, error) {
+func (s *Store) replayPath(from, into *Branch, rel string) ([]Conflict, error) {
 	base, err := s.versionOf(from, rel, from.forkDepth)
 	if err != nil {
 		return nil, err
@@ -200,35 +210,65 @@ func (s *Store) replayPath(from, into *Branch, rel string) (*Conflict, error) {
 	case s.same(ours, base), s.same(ours, theirs):
 		return nil, nil // nothing of ours to bring, or theirs has it already
 	case !ours.ok:
-		// Ours deleted it: where theirs changed it, the change stays; a
+		// Ours deleted it: where theirs changed it (a directory made
+		// where there was none is a change), the change stays; a
 		// directory goes only if nothing is left in it.
-		if !s.same(theirs, base) && !theirs.isDir() {
+		if !theirs.ok || !s.same(theirs, base) {
 			return nil, nil
 		}
 		if theirs.isDir() {
-			if ents, err := s.readDir(into, rel, len(into.chain)); err != nil || len(ents) > 0 {
+			if same, err := s.sameTree(from, into, rel); err != nil || !same {
 				return nil, err
 			}
+			return nil, s.removeTree(into, rel)
 		}
-		return nil, s.remove(into, rel, theirs.isDir())
-	case ours.isDir():
-		switch {
-		case theirs.isDir():
-			return nil, nil // its entries are replayed one by one
-		case theirs.ok:
-			aside := rel + "~theirs"
-			if err := s.moveAside(into, rel, aside); err != nil {
-				return nil, err
+		return nil, s.remove(into, rel, false)
+	}
+	// Ours is written at rel (or beside it): its directories first.
+	cs, err := s.replayParents(from, into, rel)
+	if err != nil {
+		return cs, err
+	}
+	if len(cs) > 0 {
+		if theirs, err = s.versionOf(into, rel, len(into.chain)); err != nil {
+			return cs, err
+		}
+	}
+	// A directory of theirs ours replaces with something else goes only
+	// if theirs left all of it as it was.
+	replaceable := !theirs.ok || s.same(theirs, base)
+	if replaceable && theirs.isDir() && !ours.isDir() {
+		same, err := s.sameTree(from, into, rel)
+		if err != nil {
+			return cs, err
+		}
+		if replaceable = same; same {
+			if err := s.removeTree(into, rel); err != nil {
+				return cs, err
 			}
-			return &Conflict{Path: rel, Kind: "type", Aside: aside}, s.install(into, rel, ours, nil)
+			theirs = version{}
 		}
-		return nil, s.install(into, rel, ours, nil)
-	case !theirs.ok, s.same(theirs, base):
+	}
+	switch {
+	case replaceable:
 		// Theirs deleted it (our change stays) or left it as it was.
-		return nil, s.install(into, rel, ours, nil)
+		return cs, s.install(into, rel, ours, nil)
+	case ours.isDir() && theirs.isDir():
+		return cs, nil // both changed it: theirs stays, the entries are replayed one by one
+	case ours.isDir():
+		// Theirs made something else of it: theirs goes beside, ours'
+		// directory takes the path and its entries are replayed.
+		c, err := s.moveAside(from, into, rel, "~theirs")
+		if err != nil {
+			return cs, err
+		}
+		return append(cs, c), s.install(into, rel, ours, nil)
 	case theirs.isDir():
-		aside := rel + "~ours"
-		return &Conflict{Path: rel, Kind: "type", Aside: aside}, s.install(into, aside, ours, nil)
+		aside, err := s.freeName(from, into, rel, "~ours")
+		if err != nil {
+			return cs, err
+		}
+		return append(cs, Conflict{Path: rel, Kind: "type", Aside: aside}), s.install(into, aside, ours, nil)
 	}
 	// Both changed a file.
 	bt, bok := s.text(base)
@@ -237,18 +277,151 @@ func (s *Store) replayPath(from, into *Branch, rel string) (*Conflict, error) {
 	if bok && ook && tok {
 		merged, n := merge.Lines(bt, ot, tt, from.Name, into.Name)
 		if err := s.install(into, rel, ours, merged); err != nil {
-			return nil, err
+			return cs, err
 		}
 		if n > 0 {
-			return &Conflict{Path: rel, Kind: "text"}, nil
+			return append(cs, Conflict{Path: rel, Kind: "text"}), nil
 		}
-		return nil, nil
+		return cs, nil
 	}
-	aside := rel + "~theirs"
-	if err := s.moveAside(into, rel, aside); err != nil {
-		return nil, err
+	c, err := s.moveAside(from, into, rel, "~theirs")
+	if err != nil {
+		return cs, err
 	}
-	return &Conflict{Path: rel, Kind: "both", Aside: aside}, s.install(into, rel, ours, nil)
+	c.Kind = "both"
+	if ours.st.Mode&unix.S_IFMT != theirs.st.Mode&unix.S_IFMT {
+		c.Kind = "type" // a file against a symlink, a device, a FIFO
+	}
+	return append(cs, c), s.install(into, rel, ours, nil)
+}
+
+// replayParents makes every directory above rel in into a directory, as
+// ours has them, before ours is written beneath: one theirs deleted is made
+// again (a change beats a delete); one theirs made a file, a symlink or
+// anything else goes beside (PATH~theirs, a conflict) and ours' directory
+// takes its place. A symlink of theirs is moved, never followed.
+func (s *Store) replayParents(from, into *Branch, rel string) ([]Conflict, error) {
+	var cs []Conflict
+	for i := 0; i < len(rel); i++ {
+		if rel[i] != '/' {
+			continue
+		}
+		dir := rel[:i]
+		theirs, err := s.versionOf(into, dir, len(into.chain))
+		if err != nil {
+			return cs, err
+		}
+		if theirs.isDir() {
+			continue
+		}
+		ours, err := s.versionOf(from, dir, len(from.chain))
+		if err != nil {
+			return cs, err
+		}
+		if !ours.isDir() {
+			return cs, fmt.Errorf("%s: not a directory in %s: %w", dir, from.Name, syscall.ENOTDIR)
+		}
+		if theirs.ok {
+			c, err := s.moveAside(from, into, dir, "~theirs")
+			if err != nil {
+				return cs, err
+			}
+			c.Kind = "type"
+			cs = append(cs, c)
+		}
+		if err := s.install(into, dir, ours, nil); err != nil {
+			return cs, err
+		}
+	}
+	return cs, nil
+}
+
+// droppedEntries adds to paths the entries of from's base that a
+// directory of from's own layers (made anew: opaque) no longer has: ours
+// deleted them, although no layer names them.
+func (s *Store) droppedEntries(from *Branch, paths map[string]bool) error {
+	for p := range paths {
+		base, err := s.versionOf(from, p, from.forkDepth)
+		if err != nil {
+			return err
+		}
+		ours, err := s.versionOf(from, p, len(from.chain))
+		if err != nil {
+			return err
+		}
+		if !base.isDir() || !ours.isDir() {
+			continue
+		}
+		bents, err := s.readDir(from, p, from.forkDepth)
+		if err != nil {
+			return err
+		}
+		oents, err := s.readDir(from, p, len(from.chain))
+		if err != nil {
+			return err
+		}
+		has := map[string]bool{}
+		for _, e := range oents {
+			has[e.Name] = true
+		}
+		for _, e := range bents {
+			if !has[e.Name] {
+				paths[p+"/"+e.Name] = true
+			}
+		}
+	}
+	return nil
+}
+
+// sameTree reports whether into's directory rel holds, entry by entry and
+// all the way down, what from's base has there.
+func (s *Store) sameTree(from, into *Branch, rel string) (bool, error) {
+	bents, err := s.readDir(from, rel, from.forkDepth)
+	if err != nil {
+		return false, err
+	}
+	tents, err := s.readDir(into, rel, len(into.chain))
+	if err != nil || len(bents) != len(tents) {
+		return false, err
+	}
+	for _, e := range tents {
+		child := rel + "/" + e.Name
+		b, err := s.versionOf(from, child, from.forkDepth)
+		if err != nil {
+			return false, err
+		}
+		t, err := s.versionOf(into, child, len(into.chain))
+		if err != nil || !s.same(b, t) {
+			return false, err
+		}
+		if t.isDir() {
+			if same, err := s.sameTree(from, into, child); err != nil || !same {
+				return false, err
+			}
+		}
+	}
+	return true, nil
+}
+
+// removeTree removes b's rel and everything beneath it (a symlink is
+// removed, never followed).
+func (s *Store) removeTree(b *Branch, rel string) error {
+	ents, err := s.readDir(b, rel, len(b.chain))
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		child := rel + "/" + e.Name
+		if e.Mode == unix.S_IFDIR {
+			err = s.removeTree(b, child)
+		} else {
+			err = s.remove(b, child, false)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return s.remove(b, rel, true)
 }
 
 // install puts v (with data instead of v's own, if not nil) at rel in b,
@@ -313,12 +486,41 @@ func (s *Store) writeNew(dst string, data []byte) error {
 	return unix.Close(fd)
 }
 
-// moveAside renames rel to aside in b (theirs kept beside ours).
-func (s *Store) moveAside(b *Branch, rel, aside string) error {
-	if _, err := s.resolve(b, aside, len(b.chain)); err == nil {
-		return fmt.Errorf("%s exists: %w", aside, syscall.EEXIST)
+// moveAside renames rel to a free name (rel+suffix, or with .1, .2, ...
+// after it) in into: theirs kept beside ours. The conflict names it.
+func (s *Store) moveAside(from, into *Branch, rel, suffix string) (Conflict, error) {
+	aside, err := s.freeName(from, into, rel, suffix)
+	if err != nil {
+		return Conflict{}, err
 	}
-	return s.renameLocked(b, rel, aside, 0)
+	return Conflict{Path: rel, Kind: "type", Aside: aside}, s.renameLocked(into, rel, aside, unix.RENAME_NOREPLACE)
+}
+
+// asideMax bounds the names freeName tries.
+const asideMax = 1000
+
+// freeName is rel+suffix, or rel+suffix+".1", ".2", ...: the first that
+// neither into nor from (whose paths are still to be replayed) has. A name
+// that would pass NAME_MAX is cut before the suffix.
+func (s *Store) freeName(from, into *Branch, rel, suffix string) (string, error) {
+	dir, name := splitRel(rel)
+	for i := 0; i < asideMax; i++ {
+		sfx := suffix
+		if i > 0 {
+			sfx = fmt.Sprintf("%s.%d", suffix, i)
+		}
+		n := name
+		if len(n)+len(sfx) > unix.NAME_MAX {
+			n = n[:unix.NAME_MAX-len(sfx)]
+		}
+		n = joinRel(dir, n+sfx)
+		_, errInto := s.resolve(into, n, len(into.chain))
+		_, errFrom := s.resolve(from, n, len(from.chain))
+		if errInto != nil && errFrom != nil {
+			return n, nil
+		}
+	}
+	return "", fmt.Errorf("%s%s and %d names after it exist: %w", rel, suffix, asideMax-1, syscall.EEXIST)
 }
 
 // saveConflicts records b's conflicts (none: forgets them).

@@ -149,13 +149,215 @@ func TestAttackReplaySymlinks(t *testing.T) {
 		if ents, _ := os.ReadDir(outside); len(ents) != 1 {
 			t.Errorf("the replay wrote into the directory outside: %v", ents)
 		}
-		if err == nil {
+		if err != nil {
+			t.Fatalf("the replay failed instead of recording conflicts: %v", err)
+		}
+		{
 			r := f.br("r")
 			for rel, want := range map[string]string{"d/new": "lose", "n/victim": "lose", "e/victim": "lose", "bin": "\x00lose"} {
 				if got := f.read(r, rel); got != want {
 					t.Errorf("%s after the replay: %q, want %q", rel, got, want)
 				}
 			}
+			aside := map[string]string{}
+			for _, c := range cs {
+				aside[c.Path] = c.Aside
+			}
+			wantBin := "bin~theirs"
+			if withAside {
+				wantBin = "bin~theirs.1" // bin~theirs is taken: the next free name
+			}
+			if aside["bin"] != wantBin || aside["d"] != "d~theirs" || aside["e"] != "e~theirs" || aside["n"] != "n~theirs" {
+				t.Errorf("conflicts: %+v", cs)
+			}
+			if res, err := f.s.Resolve(r, "d~theirs"); err != nil {
+				t.Errorf("d~theirs: %v", err)
+			} else if got, err := os.Readlink(res.Real); err != nil || got != outside {
+				t.Errorf("d~theirs: %q, %v: want the symlink kept as it was", got, err)
+			}
+		}
+	}
+}
+
+// TestReplayTypeMatrix: every type change of one path (a file, a directory,
+// a symlink, none) on each side replays without an error, by the rules:
+// a delete loses to a change; the same kind on both sides merges (text
+// line by line, directories entry by entry) or keeps theirs beside ours;
+// kinds that differ keep a directory at the path (ours, or theirs with ours
+// at p~ours) and otherwise ours, with theirs at p~theirs.
+func TestReplayTypeMatrix(t *testing.T) {
+	const (
+		file = "file"
+		dir  = "dir"
+		link = "link"
+		none = "none"
+		same = "same" // as the base left it
+	)
+	// make gives p the kind k in b (a version of its own, tagged tag):
+	// a file "tag\n", a directory with p/ktag, a symlink to tag.
+	make := func(f *fixture, b *Branch, k, tag string) {
+		t.Helper()
+		if r, err := f.s.Resolve(b, "p"); err == nil && k != same {
+			if r.IsDir() {
+				for _, e := range strings.Fields(f.ls(b, "p")) {
+					f.rm(b, "p/"+e)
+				}
+			}
+			f.rm(b, "p")
+		}
+		switch k {
+		case same:
+			return
+		case file:
+			f.write(b, "p", tag+"\n")
+		case dir:
+			f.write(b, "p/k"+tag, tag)
+		case link:
+			if err := f.s.Create(b, "p", false, func(dir int, name string) error { return unix.Symlinkat(tag, dir, name) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// kindOf is p's kind in b, and its version's tag.
+	kindOf := func(f *fixture, b *Branch, rel string) (string, string) {
+		t.Helper()
+		r, err := f.s.Resolve(b, rel)
+		if errors.Is(err, unix.ENOENT) {
+			return none, ""
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", rel, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(r.Real, &st); err != nil {
+			t.Fatal(err)
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			return dir, strings.ReplaceAll(f.ls(b, rel), "k", "")
+		case unix.S_IFLNK:
+			tag, err := os.Readlink(r.Real)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return link, tag
+		}
+		return file, strings.TrimSuffix(f.read(b, rel), "\n")
+	}
+	kinds := []string{file, dir, link, none}
+	for _, base := range kinds {
+		for _, ours := range append(kinds, same) {
+			for _, theirs := range append(kinds, same) {
+				if ours == none && theirs == none || ours == same && theirs == same || base == none && (ours == same || theirs == same) {
+					continue
+				}
+				name := base + "/" + ours + "/" + theirs
+				t.Run(name, func(t *testing.T) {
+					f := newFixture(t, map[string]string{"other": "x"})
+					f.fork(Main, "b0")
+					make(f, f.br("b0"), base, "b")
+					f.commit("b0", true)
+					f.fork(Main, "win", "lose")
+					make(f, f.br("win"), theirs, "t")
+					make(f, f.br("lose"), ours, "o")
+					f.commit("win", true)
+					f.fork(Main, "r")
+					cs, err := f.s.Replay("lose", "r")
+					if err != nil {
+						t.Fatalf("replay: %v (conflicts %+v)", err, cs)
+					}
+					r := f.br("r")
+					// want: p's kind and tag, and the aside's.
+					wantK, wantTag, aside, asideK, asideTag, kind := "", "", "", "", "", ""
+					switch {
+					case ours == same:
+						wantK, wantTag = theirs, "t"
+					case theirs == same:
+						wantK, wantTag = ours, "o"
+					case ours == none:
+						wantK, wantTag = theirs, "t"
+					case theirs == none:
+						wantK, wantTag = ours, "o"
+					case ours == dir && theirs == dir:
+						wantK, wantTag = dir, "o t"
+					case ours == file && theirs == file && base != dir && base != link:
+						wantK, kind = file, "text"
+					case ours == theirs:
+						wantK, wantTag, aside, asideK, asideTag, kind = ours, "o", "p~theirs", theirs, "t", "both"
+					case theirs == dir:
+						wantK, wantTag, aside, asideK, asideTag, kind = dir, "t", "p~ours", ours, "o", "type"
+					default:
+						wantK, wantTag, aside, asideK, asideTag, kind = ours, "o", "p~theirs", theirs, "t", "type"
+					}
+					if wantK == none {
+						wantTag = ""
+					}
+					gotK, gotTag := kindOf(f, r, "p")
+					if kind == "text" {
+						if got := f.read(r, "p"); gotK != file || !strings.Contains(got, "<<<<<<< lose\no\n=======\nt\n>>>>>>> r\n") {
+							t.Errorf("p: %s %q, want the lines of both, marked", gotK, got)
+						}
+					} else if gotK != wantK || gotTag != wantTag {
+						t.Errorf("p: %s %q, want %s %q", gotK, gotTag, wantK, wantTag)
+					}
+					if aside != "" {
+						if k, tag := kindOf(f, r, aside); k != asideK || tag != asideTag {
+							t.Errorf("%s: %s %q, want %s %q", aside, k, tag, asideK, asideTag)
+						}
+					}
+					var got []Conflict
+					for _, c := range cs {
+						if c.Path == "p" {
+							got = append(got, c)
+						}
+					}
+					switch {
+					case kind == "" && len(cs) > 0:
+						t.Errorf("conflicts %+v, want none", cs)
+					case kind != "" && (len(got) != 1 || got[0].Kind != kind || got[0].Aside != aside):
+						t.Errorf("conflicts %+v, want p %s aside %q", cs, kind, aside)
+					}
+					if f.read(r, "other") != "x" {
+						t.Errorf("other: %q", f.read(r, "other"))
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestReplayAsideTaken: PATH~theirs taken on the replayed branch's side
+// (and PATH~theirs.1 on the target's): theirs goes to the next free name,
+// and the branch's own PATH~theirs is replayed as any new file; the aside
+// of a name of NAME_MAX bytes is cut to fit.
+func TestReplayAsideTaken(t *testing.T) {
+	long := strings.Repeat("n", 255) // NAME_MAX: its aside is cut to fit
+	f := newFixture(t, map[string]string{"bin": "\x00base", long: "\x00base"})
+	f.fork(Main, "win", "lose")
+	w, l := f.br("win"), f.br("lose")
+	f.write(w, long, "\x00win")
+	f.write(l, long, "\x00lose")
+	f.write(w, "bin", "\x00win")
+	f.write(w, "bin~theirs.1", "win's own")
+	f.write(l, "bin", "\x00lose")
+	f.write(l, "bin~theirs", "lose's own")
+	f.commit("win", true)
+	f.fork(Main, "r")
+	cs, err := f.s.Replay("lose", "r")
+	if err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	longAside := long[:255-len("~theirs")] + "~theirs"
+	if len(cs) != 2 || cs[0].Path != "bin" || cs[0].Aside != "bin~theirs.2" || cs[1].Path != long || cs[1].Aside != longAside {
+		t.Fatalf("conflicts: %+v, want bin aside bin~theirs.2, and %s", cs, longAside)
+	}
+	r := f.br("r")
+	if got := f.read(r, longAside); got != "\x00win" {
+		t.Errorf("%s: %q", longAside, got)
+	}
+	for rel, want := range map[string]string{"bin": "\x00lose", "bin~theirs": "lose's own", "bin~theirs.1": "win's own", "bin~theirs.2": "\x00win"} {
+		if got := f.read(r, rel); got != want {
+			t.Errorf("%s: %q, want %q", rel, got, want)
 		}
 	}
 }

@@ -345,3 +345,59 @@ func TestRebaseStaleBranch(t *testing.T) {
 		}
 	}
 }
+
+// TestRebaseTypeChange: over a real mount, the winner turned a directory
+// the loser wrote beneath into a symlink out of the tree, and took the
+// name bin~theirs: the rebase records both as conflicts (the symlink moved
+// to d~theirs, never followed; the winner's bin at bin~theirs.1) and writes
+// nothing outside the tree.
+func TestRebaseTypeChange(t *testing.T) {
+	testenv.NeedFUSE(t)
+	s := newStack(t)
+	base, mp, outside := t.TempDir(), filepath.Join(t.TempDir(), "m"), t.TempDir()
+	os.Mkdir(filepath.Join(base, "d"), 0o755)
+	for n, d := range map[string]string{"d/keep": "k", "bin": "\x00base"} {
+		os.WriteFile(filepath.Join(base, n), []byte(d), 0o644)
+	}
+	do(t, s, api.Request{Op: api.OpWsMount, Base: base, Mountpoint: mp})
+	defer do(t, s, api.Request{Op: api.OpWsUnmount, Mountpoint: mp})
+	for _, n := range []string{"win", "lose"} {
+		do(t, s, api.Request{Op: api.OpWsCreate, Mountpoint: mp, Branch: n, NoSwitch: true})
+	}
+	win, lose := filepath.Join(mp, "@win"), filepath.Join(mp, "@lose")
+	for _, err := range []error{
+		os.RemoveAll(filepath.Join(win, "d")),
+		os.Symlink(outside, filepath.Join(win, "d")),
+		os.WriteFile(filepath.Join(win, "bin"), []byte("\x00win"), 0o644),
+		os.WriteFile(filepath.Join(win, "bin~theirs"), []byte("win's own"), 0o644),
+		os.WriteFile(filepath.Join(lose, "d/keep"), []byte("lose"), 0o644),
+		os.WriteFile(filepath.Join(lose, "d/new"), []byte("lose"), 0o644),
+		os.WriteFile(filepath.Join(lose, "bin"), []byte("\x00lose"), 0o644),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	do(t, s, api.Request{Op: api.OpWsCommit, Mountpoint: mp, Branch: "win"})
+	d := do(t, s, api.Request{Op: api.OpWsDiff, Mountpoint: mp, Branch: "lose"})
+	r := do(t, s, api.Request{Op: api.OpTreeRebase, TreeID: d.TreeID, NodeID: d.NodeID, Label: "again"})
+	aside := map[string]string{}
+	for _, c := range r.Conflicts {
+		aside[c.Path] = c.Aside
+	}
+	if len(r.Conflicts) != 2 || aside["d"] != "d~theirs" || aside["bin"] != "bin~theirs.1" {
+		t.Fatalf("conflicts: %+v", r.Conflicts)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Errorf("the rebase wrote outside the tree: %v", ents)
+	}
+	view := filepath.Join(mp, "@again")
+	for n, want := range map[string]string{"d/keep": "lose", "d/new": "lose", "bin": "\x00lose", "bin~theirs": "win's own", "bin~theirs.1": "\x00win"} {
+		if b, err := os.ReadFile(filepath.Join(view, n)); err != nil || string(b) != want {
+			t.Errorf("%s: %q, %v, want %q", n, b, err, want)
+		}
+	}
+	if target, err := os.Readlink(filepath.Join(view, "d~theirs")); err != nil || target != outside {
+		t.Errorf("d~theirs: %q, %v, want the winner's symlink", target, err)
+	}
+}
