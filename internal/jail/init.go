@@ -101,13 +101,19 @@ func initMain() error {
 	if err != nil || m == nil || m.Op != opSetup || m.Setup == nil {
 		return fmt.Errorf("no setup message: %v", err)
 	}
+	var tr *initTrace
+	if m.Trace {
+		tr = &initTrace{}
+	}
+	tr.mark("setup-recv")
 	if err := finishRoot(top, m.Setup); err != nil {
 		return err
 	}
+	tr.mark("root")
 	if err := unix.Sethostname([]byte(m.Setup.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)
 	}
-	sp, err := newSpawner()
+	sp, err := newSpawner(tr)
 	if err != nil {
 		return err
 	}
@@ -115,7 +121,8 @@ func initMain() error {
 	sigc := make(chan os.Signal, 64)
 	signal.Notify(sigc, unix.SIGCHLD)
 	go srv.reap(sigc)
-	if err := srv.write(&msg{Op: opReady}); err != nil {
+	tr.mark("ready-send")
+	if err := srv.write(tr.into(&msg{Op: opReady})); err != nil {
 		return err
 	}
 	srv.serve(buf, oob)
@@ -346,7 +353,7 @@ type spawnRes struct {
 	err error
 }
 
-func newSpawner() (*spawner, error) {
+func newSpawner(tr *initTrace) (*spawner, error) {
 	ruleset, flags, err := landlockRuleset(
 		[]string{userRoot + "/workspace", userRoot + "/tmp", userRoot + "/dev/pts"},
 		[]string{userRoot + "/dev/null", userRoot + "/dev/zero", userRoot + "/dev/full",
@@ -354,13 +361,16 @@ func newSpawner() (*spawner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("landlock ruleset: %w", err)
 	}
+	tr.mark("landlock-ruleset")
 	filter := seccompFilter()
+	tr.mark("seccomp-filter")
 	s := &spawner{reqs: make(chan spawnReq)}
 	ready := make(chan error)
 	go s.lockAndRun(ruleset, flags, filter, ready)
 	if err := <-ready; err != nil {
 		return nil, err
 	}
+	tr.mark("thread-restricted")
 	return s, nil
 }
 
@@ -458,7 +468,13 @@ func (s *initServer) serve(buf, oob []byte) {
 
 func (s *initServer) exec(m *msg, fds []int) {
 	defer closeAll(fds)
+	var tr *initTrace
+	if m.Trace {
+		tr = &initTrace{}
+	}
+	tr.mark("exec-recv")
 	pid, master, err := s.start(m, fds)
+	tr.mark("spawned")
 	if err != nil {
 		s.write(&msg{Op: opStarted, ID: m.ID, Err: err.Error()})
 		return
@@ -478,7 +494,7 @@ func (s *initServer) exec(m *msg, fds []int) {
 	} else {
 		s.procs[pid] = m.ID
 	}
-	s.write(&msg{Op: opStarted, ID: m.ID, Pid: pid}, out...)
+	s.write(tr.into(&msg{Op: opStarted, ID: m.ID, Pid: pid}), out...)
 	s.mu.Unlock()
 	if exited {
 		s.write(&msg{Op: opExit, ID: m.ID, Status: status})
