@@ -209,6 +209,8 @@ func (s *Sandbox) Start(spec ExecSpec) (_ *Process, err error) {
 			spec.Env = append(spec.Env, "TERM=xterm-256color")
 		}
 	}
+	tr := s.takeTrace()
+	tr.mark("exec")
 	s.mu.Lock()
 	switch {
 	case s.stopping:
@@ -219,7 +221,7 @@ func (s *Sandbox) Start(spec ExecSpec) (_ *Process, err error) {
 		return nil, fmt.Errorf("jail: exec in %s: %w: suspended", s.name, api.ErrState)
 	}
 	s.nextID++
-	p := &Process{s: s, id: s.nextID, argv: spec.Argv, startc: make(chan struct{}), done: make(chan struct{}), inDone: make(chan struct{})}
+	p := &Process{s: s, id: s.nextID, argv: spec.Argv, startc: make(chan struct{}), done: make(chan struct{}), inDone: make(chan struct{}), tr: tr}
 	s.procs[p.id] = p
 	s.mu.Unlock()
 	defer func() {
@@ -242,10 +244,7 @@ func (s *Sandbox) Start(spec ExecSpec) (_ *Process, err error) {
 			}
 		}
 	}()
-	tr := s.takeTrace()
-	tr.mark("exec")
 	m := &msg{Op: opExec, ID: p.id, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd, TTY: spec.TTY, Rows: spec.Rows, Cols: spec.Cols, Trace: tr != nil}
-	p.tr = tr
 	w := &lockedWriter{}
 	if !spec.TTY {
 		in, err := p.stdin(spec.Stdin)
