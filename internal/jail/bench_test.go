@@ -84,7 +84,8 @@ func unshareArgs(argv ...string) []string {
 // output (for jail: Start, then Exec; Stop is outside the timing).
 func BenchmarkFirstByte(b *testing.B) {
 	// warm: a spare init is ready (Config.Spares, the default), as it is
-	// again a few ms after each Start; cold: none (Spares -1).
+	// again a few ms after each sandbox's first process ends (or 20 ms
+	// after its Start); cold: none (Spares -1).
 	for _, v := range []struct {
 		name   string
 		spares int

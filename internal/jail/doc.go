@@ -7,8 +7,12 @@
 // A Manager starts sandboxes under a label; a Sandbox is one live
 // sandbox, named (a node's id); a Process is one program started in it
 // (Start) or run to its end (Exec). A spare is an init started ahead of
-// need: in placeholder cgroups, its skeleton root built, waiting for the
-// node's directories. init is the sandbox's PID 1: a re-exec of
+// need: in placeholder cgroups, its skeleton root built, its spawner
+// thread under seccomp with its capabilities cut, waiting for the node's
+// directories (then its Landlock domain, which names them). A taken
+// spare is replaced once the sandbox's first process has ended, 20 ms
+// after its start, or at its Stop, whichever is first: a new init's start
+// would otherwise compete for the CPU with that first process. init is the sandbox's PID 1: a re-exec of
 // the calling binary (Main recognises it) that builds the root, serves
 // exec requests over a SEQPACKET socketpair and reaps every orphan.
 //
@@ -84,6 +88,9 @@
 //   - The root cgroup has no cgroup.kill nor cgroup.freeze: for a caller in
 //     the root of the cgroup2 tree (a hybrid host's unified tree, often) the
 //     kernel's version says whether they exist below it (5.14+).
+//   - ARBOR_JAIL_TRACE=1 in the caller's environment prints, for each
+//     sandbox, the steps of its start and of its first exec (host and
+//     init, in ms from the start) at that exec's first output (trace.go).
 //   - Never put the FUSE server of a node's files in a cgroup that Freeze
 //     freezes: the sandbox's processes would block on it.
 package jail

@@ -92,30 +92,41 @@ func initMain() error {
 	if err := loopbackUp(); err != nil {
 		return err
 	}
+	sp, err := newSpawner()
+	if err != nil {
+		return err
+	}
 	if err := send(initFD, &msg{Op: opPrepared}); err != nil {
 		return err
 	}
-	// Phase 2: the node's directories, the pivot, the policy.
+	// Phase 2: the node's directories, the pivot, the Landlock domain.
 	m, fds, err = recv(initFD, buf, oob)
 	closeAll(fds)
 	if err != nil || m == nil || m.Op != opSetup || m.Setup == nil {
 		return fmt.Errorf("no setup message: %v", err)
 	}
+	var tr *initTrace
+	if m.Trace {
+		tr = &initTrace{}
+	}
+	tr.mark("setup-recv")
 	if err := finishRoot(top, m.Setup); err != nil {
 		return err
 	}
+	tr.mark("root")
 	if err := unix.Sethostname([]byte(m.Setup.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)
 	}
-	sp, err := newSpawner()
-	if err != nil {
+	if err := sp.restrict(); err != nil {
 		return err
 	}
+	tr.mark("landlock")
 	srv := &initServer{spawner: sp, procs: map[int]uint64{}, early: map[int]uint32{}}
 	sigc := make(chan os.Signal, 64)
 	signal.Notify(sigc, unix.SIGCHLD)
 	go srv.reap(sigc)
-	if err := srv.write(&msg{Op: opReady}); err != nil {
+	tr.mark("ready-send")
+	if err := srv.write(tr.into(&msg{Op: opReady})); err != nil {
 		return err
 	}
 	srv.serve(buf, oob)
@@ -332,7 +343,8 @@ func loopbackUp() error {
 // spawner is the one locked OS thread that carries the sandbox policy
 // and forks every user process (policy.go says why).
 type spawner struct {
-	reqs chan spawnReq
+	reqs     chan spawnReq
+	landlock chan landlockReq // the Landlock domain, once (restrict)
 }
 
 type spawnReq struct {
@@ -346,57 +358,81 @@ type spawnRes struct {
 	err error
 }
 
+// newSpawner starts the spawner thread with the part of the policy that
+// does not depend on the node (capabilities, no_new_privs, the seccomp
+// filter): in phase 1, ahead of need. Its Landlock domain, whose rules
+// name the node's directories, comes with restrict; spawns wait for it.
 func newSpawner() (*spawner, error) {
-	ruleset, flags, err := landlockRuleset(
-		[]string{userRoot + "/workspace", userRoot + "/tmp", userRoot + "/dev/pts"},
-		[]string{userRoot + "/dev/null", userRoot + "/dev/zero", userRoot + "/dev/full",
-			userRoot + "/dev/random", userRoot + "/dev/urandom", userRoot + "/dev/tty"})
-	if err != nil {
-		return nil, fmt.Errorf("landlock ruleset: %w", err)
-	}
-	filter := seccompFilter()
-	s := &spawner{reqs: make(chan spawnReq)}
+	s := &spawner{reqs: make(chan spawnReq), landlock: make(chan landlockReq)}
 	ready := make(chan error)
-	go s.lockAndRun(ruleset, flags, filter, ready)
+	go s.lockAndRun(seccompFilter(), ready)
 	if err := <-ready; err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
+// restrict puts the spawner thread in the sandbox's Landlock domain: in
+// phase 2, once the node's directories are bound at /workspace and /tmp.
+func (s *spawner) restrict() error {
+	ruleset, flags, err := landlockRuleset(
+		[]string{userRoot + "/workspace", userRoot + "/tmp", userRoot + "/dev/pts"},
+		[]string{userRoot + "/dev/null", userRoot + "/dev/zero", userRoot + "/dev/full",
+			userRoot + "/dev/random", userRoot + "/dev/urandom", userRoot + "/dev/tty"})
+	if err != nil {
+		return fmt.Errorf("landlock ruleset: %w", err)
+	}
+	defer unix.Close(ruleset)
+	done := make(chan error)
+	s.landlock <- landlockReq{ruleset: ruleset, flags: flags, done: done}
+	return <-done
+}
+
+type landlockReq struct {
+	ruleset int
+	flags   uint32
+	done    chan error
+}
+
 // lockAndRun locks the calling goroutine to its thread for good (the
 // policy lives on that thread only, and it ends with init), restricts
-// the thread and serves spawns on it. The main thread is not fit: it is
+// the thread (seccomp and capabilities now, Landlock at restrict) and
+// then serves spawns on it. The main thread is not fit: it is
 // the process's face to the kernel (a signal to init is checked against
 // it), so it must stay out of the user's Landlock domain. If this
 // goroutine got it, it parks there and tries again on another thread.
-func (s *spawner) lockAndRun(ruleset int, flags uint32, filter seccomp.Filter, ready chan<- error) {
+func (s *spawner) lockAndRun(filter seccomp.Filter, ready chan<- error) {
 	runtime.LockOSThread()
 	if unix.Gettid() == unix.Getpid() {
-		go s.lockAndRun(ruleset, flags, filter, ready) // cannot land here: this thread is locked
+		go s.lockAndRun(filter, ready) // cannot land here: this thread is locked
 		select {}
 	}
-	err := restrictThread(ruleset, flags, filter)
-	unix.Close(ruleset)
+	err := restrictThread(filter)
 	ready <- err
 	if err != nil {
 		return
 	}
+	r := <-s.landlock
+	if err := ll.LandlockRestrictSelf(r.ruleset, r.flags); err != nil {
+		r.done <- fmt.Errorf("landlock: %w", err)
+		return
+	}
+	r.done <- nil
 	for r := range s.reqs {
 		pid, err := syscall.ForkExec(r.argv[0], r.argv, r.attr)
 		r.done <- spawnRes{pid, err}
 	}
 }
 
-func restrictThread(ruleset int, flags uint32, filter seccomp.Filter) error {
+// restrictThread applies the node-independent part of the policy to the
+// calling thread; Landlock follows (lockAndRun). The seccomp filter
+// denies none of Landlock's syscalls.
+func restrictThread(filter seccomp.Filter) error {
 	if err := dropCaps(); err != nil {
 		return err
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
-	}
-	if err := ll.LandlockRestrictSelf(ruleset, flags); err != nil {
-		return fmt.Errorf("landlock: %w", err)
 	}
 	if err := seccomp.LoadFilter(filter); err != nil {
 		return fmt.Errorf("seccomp: %w", err)
@@ -458,7 +494,13 @@ func (s *initServer) serve(buf, oob []byte) {
 
 func (s *initServer) exec(m *msg, fds []int) {
 	defer closeAll(fds)
+	var tr *initTrace
+	if m.Trace {
+		tr = &initTrace{}
+	}
+	tr.mark("exec-recv")
 	pid, master, err := s.start(m, fds)
+	tr.mark("spawned")
 	if err != nil {
 		s.write(&msg{Op: opStarted, ID: m.ID, Err: err.Error()})
 		return
@@ -478,7 +520,7 @@ func (s *initServer) exec(m *msg, fds []int) {
 	} else {
 		s.procs[pid] = m.ID
 	}
-	s.write(&msg{Op: opStarted, ID: m.ID, Pid: pid}, out...)
+	s.write(tr.into(&msg{Op: opStarted, ID: m.ID, Pid: pid}), out...)
 	s.mu.Unlock()
 	if exited {
 		s.write(&msg{Op: opExit, ID: m.ID, Status: status})

@@ -222,10 +222,15 @@ func (m *Manager) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) 
 			m.mu.Unlock()
 		}
 	}()
-	defer m.askRefill()
 	if err := s.start(ctx, spec); err != nil {
+		m.askRefill()
 		return nil, fmt.Errorf("jail: start %s: %w", spec.Name, err)
 	}
+	// The refill waits for the sandbox's first process to end, or
+	// refillAfter, or its Stop, whichever comes first (askRefill says why).
+	s.mu.Lock()
+	s.refillTimer = time.AfterFunc(refillAfter, s.refillSpare)
+	s.mu.Unlock()
 	return s, nil
 }
 
@@ -501,10 +506,27 @@ func (m *Manager) takeSpare() *spare {
 	}
 }
 
-// askRefill asks fill for a spare in place of one taken. Start asks when
-// it has finished, not when it takes the spare: a new init's start (a Go
-// runtime's, and its skeleton's) would compete for the CPU with the start
-// it is meant to speed up.
+// askRefill asks fill for a spare in place of one taken. A new init's
+// start (a Go runtime's, and its skeleton's: several ms of CPU) would
+// compete for the CPU with the start it is meant to speed up, and that
+// start is the sandbox's and its first command's (on 2 busy cores it
+// doubled the time to the first byte of an echo). So a failed Start asks
+// at once, and a started sandbox when its first process has ended, after
+// refillAfter, or at its Stop, whichever comes first (refillSpare).
+// refillAfter is the time to the first output the start aims at.
+const refillAfter = 20 * time.Millisecond
+
+// refillSpare asks for the spare the sandbox's start took, once.
+func (s *Sandbox) refillSpare() {
+	s.refillOnce.Do(func() {
+		s.mu.Lock()
+		if s.refillTimer != nil {
+			s.refillTimer.Stop()
+		}
+		s.mu.Unlock()
+		s.m.askRefill()
+	})
+}
 func (m *Manager) askRefill() {
 	select {
 	case m.refill <- struct{}{}:
@@ -574,6 +596,8 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 	m := s.m
 	rel := filepath.Join(m.root, spec.Name)
 	lim := limits{MemoryMax: spec.MemoryMax, PidsMax: spec.PidsMax}
+	s.tr = newTracer()
+	s.tr.mark("take-spare")
 	sp := m.takeSpare()
 	warm := sp != nil
 	if warm {
@@ -590,7 +614,8 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 	}()
 	s.cmd, s.sock, s.initDone, s.net = sp.cmd, sp.sock, sp.initDone, sp.net
 	st := &setup{Workspace: spec.Workspace, Tmp: spec.Tmp, Hostname: spec.Hostname}
-	if err := send(s.sock, &msg{Op: opSetup, Setup: st}); err != nil {
+	s.tr.mark("setup-send")
+	if err := send(s.sock, &msg{Op: opSetup, Setup: st, Trace: s.tr != nil}); err != nil {
 		return fmt.Errorf("send setup: %w", err)
 	}
 	ready := make(chan error, 1)
@@ -605,6 +630,8 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 			err = fmt.Errorf("init sent %q before ready", m.Op)
 		case m.Err != "":
 			err = fmt.Errorf("init: %s", m.Err)
+		default:
+			s.tr.merge(m.TraceSteps, m.TraceNS)
 		}
 		ready <- err
 	}()
@@ -641,6 +668,7 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 		}
 		return sp.g.setLimits(lim)
 	}()
+	s.tr.mark("cgroups")
 	s.g = sp.g
 	if cgErr != nil {
 		sp.cmd.Process.Kill()
@@ -657,6 +685,7 @@ func (s *Sandbox) start(ctx context.Context, spec Spec) (err error) {
 	if err != nil {
 		return err
 	}
+	s.tr.mark("ready")
 	s.readerDone = make(chan struct{})
 	go s.read()
 	return nil

@@ -47,6 +47,11 @@ type msg struct {
 	Pid    int    `json:"pid,omitempty"`
 	Status uint32 `json:"status,omitempty"`
 	Signal int    `json:"signal,omitempty"`
+
+	// debug step stamps (trace.go): asked for by Trace, sent back by init
+	Trace      bool     `json:"trace,omitempty"`
+	TraceSteps []string `json:"trace_steps,omitempty"`
+	TraceNS    []int64  `json:"trace_ns,omitempty"`
 }
 
 // setup is what init needs to build the sandbox: Mountpoint and HostDirs

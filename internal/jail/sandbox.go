@@ -26,6 +26,9 @@ type Sandbox struct {
 	cmd  *exec.Cmd
 	sock int        // the host end of the socketpair; closed by Stop
 	net  *netHelper // the sandbox's pasta (Config.Outbound), or nil
+	tr   *tracer    // ARBOR_JAIL_TRACE: the start's steps, printed at its first exec's first output
+
+	refillOnce sync.Once // the manager's refill asked (refillSpare)
 
 	initDone   chan struct{} // closed when init has been reaped
 	readerDone chan struct{} // closed when read has returned
@@ -39,6 +42,8 @@ type Sandbox struct {
 	stopping bool
 	stopped  chan struct{} // closed when Stop has finished
 	stopErr  error
+
+	refillTimer *time.Timer // asks the refill refillAfter after the start
 }
 
 // Name is the sandbox's name.
@@ -160,6 +165,7 @@ type Process struct {
 	startedAt time.Time
 	timer     *time.Timer
 	leaf      string // its cgroup2 directory ("" without cgroup2)
+	tr        *tracer
 
 	startc chan struct{} // closed once init has answered the start
 	pid    int
@@ -203,6 +209,8 @@ func (s *Sandbox) Start(spec ExecSpec) (_ *Process, err error) {
 			spec.Env = append(spec.Env, "TERM=xterm-256color")
 		}
 	}
+	tr := s.takeTrace()
+	tr.mark("exec")
 	s.mu.Lock()
 	switch {
 	case s.stopping:
@@ -213,7 +221,7 @@ func (s *Sandbox) Start(spec ExecSpec) (_ *Process, err error) {
 		return nil, fmt.Errorf("jail: exec in %s: %w: suspended", s.name, api.ErrState)
 	}
 	s.nextID++
-	p := &Process{s: s, id: s.nextID, argv: spec.Argv, startc: make(chan struct{}), done: make(chan struct{}), inDone: make(chan struct{})}
+	p := &Process{s: s, id: s.nextID, argv: spec.Argv, startc: make(chan struct{}), done: make(chan struct{}), inDone: make(chan struct{}), tr: tr}
 	s.procs[p.id] = p
 	s.mu.Unlock()
 	defer func() {
@@ -236,7 +244,7 @@ func (s *Sandbox) Start(spec ExecSpec) (_ *Process, err error) {
 			}
 		}
 	}()
-	m := &msg{Op: opExec, ID: p.id, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd, TTY: spec.TTY, Rows: spec.Rows, Cols: spec.Cols}
+	m := &msg{Op: opExec, ID: p.id, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd, TTY: spec.TTY, Rows: spec.Rows, Cols: spec.Cols, Trace: tr != nil}
 	w := &lockedWriter{}
 	if !spec.TTY {
 		in, err := p.stdin(spec.Stdin)
@@ -266,7 +274,7 @@ func (s *Sandbox) Start(spec ExecSpec) (_ *Process, err error) {
 			childFDs = append(childFDs, fd)
 			p.readers = append(p.readers, r)
 			undo = append(undo, func() { r.Close() })
-			p.copy(w.to(out), r)
+			p.copy(tr.firstWrite(w.to(out), s.name), r)
 		}
 	}
 	if s.g.v2 != nil {
@@ -282,6 +290,7 @@ func (s *Sandbox) Start(spec ExecSpec) (_ *Process, err error) {
 		childFDs = append(childFDs, dir)
 		m.Cgroup = true
 	}
+	tr.mark("exec-send")
 	if err := s.write(m, childFDs...); err != nil {
 		return nil, fmt.Errorf("jail: exec in %s: %w: %w", s.name, api.ErrState, err)
 	}
@@ -291,6 +300,7 @@ func (s *Sandbox) Start(spec ExecSpec) (_ *Process, err error) {
 	if p.err0 != nil {
 		return nil, p.err0
 	}
+	tr.mark("started")
 	p.startedAt = time.Now()
 	if spec.TTY {
 		if spec.Stdout != nil {
@@ -363,6 +373,7 @@ func (p *Process) onStarted(m *msg, fds []int) {
 		p.err0 = fmt.Errorf("jail: exec %q in %s: %s", p.argv[0], p.s.name, m.Err)
 		p.exited(0, p.err0)
 	} else {
+		p.tr.merge(m.TraceSteps, m.TraceNS)
 		p.pid = m.Pid
 		if len(fds) > 0 {
 			p.tty = os.NewFile(uintptr(fds[0]), "pty")
@@ -432,6 +443,7 @@ func (p *Process) finish() {
 	if p.leaf != "" {
 		unix.Rmdir(p.leaf) // EBUSY while a background child lives on: Stop removes it
 	}
+	p.s.refillSpare()
 	close(p.done)
 }
 
@@ -585,6 +597,7 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 	}
 	s.stopping = true
 	s.mu.Unlock()
+	s.refillSpare()
 	err := s.stop()
 	s.stopErr = err
 	close(s.stopped)
