@@ -275,7 +275,7 @@ evidence to WORKDIR/results/<timestamp>/.`,
 	}
 	ca.Flags().StringVar(&workdir, "workdir", "", "where the base directory and results/ go (default: the current directory)")
 	ca.Flags().BoolVar(&keep, "keep", false, "keep the tree after the demo (inspect it with arbor tree nodes)")
-	ca.Flags().StringVar(&backend, "backend", "", "dir or jail (default: jail where the daemon serves sandboxes, else dir)")
+	ca.Flags().StringVar(&backend, "backend", "", "dir, jail or vm (default: jail where the daemon serves sandboxes, else dir)")
 	ca.MarkFlagDirname("workdir")
 	ca.RunE = func(cmd *cobra.Command, args []string) error {
 		if workdir == "" {
