@@ -18,6 +18,7 @@ import (
 	"github.com/arbor-dev/arbor/internal/demo"
 	"github.com/arbor-dev/arbor/internal/fsbench"
 	"github.com/arbor-dev/arbor/internal/sandboxbench"
+	"github.com/arbor-dev/arbor/internal/vmbench"
 	"github.com/spf13/cobra"
 )
 
@@ -248,7 +249,34 @@ medians with the targets (--json for the report). Needs root.`,
 		}
 		return nil
 	}
-	b.AddCommand(fs, sb)
+	vmb := &cobra.Command{
+		Use:   "vm [flags]",
+		Short: "microVM benchmark: fork pause, child start, fork_batch, PSS, suspend and resume",
+		Long: `Runs the vm backend's microVMs (internal/vm) outside the daemon: per fork_batch
+size (1, 4, 16; --sizes 1,4,16,50 for the largest) the source's pause, each
+child's time from the fork call to running and to its agent's first reply,
+the batch's total, PSS per child after the fork and after each child wrote
+10 MiB; then suspend and resume. Prints medians over --rounds and the
+accelerator (kvm or tcg). Needs qemu-system-x86_64, a cloud kernel and
+arbor-guest next to arbor or on PATH.`,
+		Example:            "  arbor bench vm\n  arbor bench vm --rounds 3 --sizes 1,4,16,50",
+		DisableFlagParsing: true, // vmbench.Main owns its flags
+	}
+	vmb.RunE = func(cmd *cobra.Command, args []string) error {
+		if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "--help" || a == "-help" }) {
+			fmt.Fprintf(e.stdout, "%s\n\nExamples:\n%s\n\n", cmd.Long, cmd.Example)
+			vmbench.Main(e.ctx, []string{"-h"}, e.stdout, e.stdout)
+			return nil
+		}
+		if code := vmbench.Main(e.ctx, args, e.stdout, e.stderr); code != 0 {
+			if code == 2 {
+				return usagef("bad usage (see arbor bench vm --help)")
+			}
+			return exitError(code)
+		}
+		return nil
+	}
+	b.AddCommand(fs, sb, vmb)
 	return b
 }
 
@@ -275,7 +303,7 @@ evidence to WORKDIR/results/<timestamp>/.`,
 	}
 	ca.Flags().StringVar(&workdir, "workdir", "", "where the base directory and results/ go (default: the current directory)")
 	ca.Flags().BoolVar(&keep, "keep", false, "keep the tree after the demo (inspect it with arbor tree nodes)")
-	ca.Flags().StringVar(&backend, "backend", "", "dir or jail (default: jail where the daemon serves sandboxes, else dir)")
+	ca.Flags().StringVar(&backend, "backend", "", "dir, jail or vm (default: jail where the daemon serves sandboxes, else dir)")
 	ca.MarkFlagDirname("workdir")
 	ca.RunE = func(cmd *cobra.Command, args []string) error {
 		if workdir == "" {

@@ -40,6 +40,7 @@ type Execer interface {
 const (
 	BackendDir  = "dir"
 	BackendJail = "jail"
+	BackendVM   = "vm"
 )
 
 // workDir is where the agents work in a sandbox: the seed's /tmp/workspace,
@@ -99,7 +100,9 @@ type Config struct {
 	// deleting it (and its disk) at the end.
 	KeepTree bool
 	// Backend is the tree's backend: BackendJail runs each agent in its
-	// node's sandbox, in /tmp/workspace, through exec; BackendDir runs the
+	// node's sandbox, in /tmp/workspace, through exec; BackendVM likewise
+	// in its node's microVM, /tmp/workspace in the guest's tmpfs (in
+	// memory, carried by the fork with the VM's RAM); BackendDir runs the
 	// agents as host processes in the nodes' files. Default: jail when the
 	// Client can exec and the daemon serves jail trees (root with cgroups),
 	// else dir, said in one line.
@@ -145,12 +148,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch c.Backend {
 	case "", BackendDir:
-	case BackendJail:
+	case BackendJail, BackendVM:
 		if _, ok := c.Client.(Execer); !ok {
-			return c, api.Errorf(api.ErrBadRequest, "demo: backend jail needs a Client that can exec")
+			return c, api.Errorf(api.ErrBadRequest, "demo: backend %s needs a Client that can exec", c.Backend)
 		}
 	default:
-		return c, api.Errorf(api.ErrBadRequest, "demo: backend %q (want %s or %s)", c.Backend, BackendDir, BackendJail)
+		return c, api.Errorf(api.ErrBadRequest, "demo: backend %q (want %s, %s or %s)", c.Backend, BackendDir, BackendJail, BackendVM)
 	}
 	return c, nil
 }
@@ -166,10 +169,15 @@ type Summary struct {
 	BackendNote string `json:"backend_note,omitempty"`
 	// SourcePauseNS is how long the fork_batch held the running source
 	// paused, and SandboxStartNS each agent's sandbox start (jail).
-	SourcePauseNS  int64             `json:"source_pause_ns,omitempty"`
-	SandboxStartNS map[string]int64  `json:"sandbox_start_ns,omitempty"`
-	SourceID       string            `json:"source_id"`
-	ChildIDs       map[string]string `json:"child_ids"` // label -> node id
+	SourcePauseNS  int64            `json:"source_pause_ns,omitempty"`
+	SandboxStartNS map[string]int64 `json:"sandbox_start_ns,omitempty"`
+	// FirstReplyNS is, per child, the time from the client's fork_batch
+	// call to the first output of an exec in the child (in a sandbox or
+	// VM); RAMBytes each agent's RAM right after (tree_nodes: PSS on vm).
+	FirstReplyNS map[string]int64  `json:"first_reply_ns,omitempty"`
+	RAMBytes     map[string]int64  `json:"ram_bytes_after_fork,omitempty"`
+	SourceID     string            `json:"source_id"`
+	ChildIDs     map[string]string `json:"child_ids"` // label -> node id
 	// The daemon-measured latency of the one tree_fork_batch of the three
 	// children, and the client's round trip around it.
 	ForkLatencyNS   int64   `json:"daemon_fork_latency_ns"`
@@ -347,7 +355,7 @@ func (r *run) create(ctx context.Context, base string) (api.Response, error) {
 	resp, err := r.call(ctx, api.Request{Op: api.OpTreeCreate, Base: base, Backend: backend})
 	if err == nil {
 		r.sum.Backend = backend
-		if backend == BackendJail {
+		if backend == BackendJail || backend == BackendVM {
 			r.exec = ex
 		}
 	}
@@ -420,6 +428,11 @@ func (r *run) setup(ctx context.Context, root string) error {
 			r.sum.SandboxStartNS[label] = f.StartNS
 		}
 	}
+	if r.exec != nil {
+		if err := r.firstReplies(ctx, start); err != nil {
+			return err
+		}
+	}
 
 	ev := map[string]Evidence{}
 	for _, label := range strategies {
@@ -485,6 +498,53 @@ func (r *run) setup(ctx context.Context, root string) error {
 	fmt.Fprint(r.cfg.Out, r.sum.forkMarkdown())
 	return nil
 }
+
+// firstReplies measures, for each child at once, the time from the fork
+// call at start to the first output of an exec in it, then every agent's
+// RAM as tree_nodes reports it.
+func (r *run) firstReplies(ctx context.Context, start time.Time) error {
+	got := make([]time.Duration, len(strategies))
+	errs := make([]error, len(strategies))
+	var wg sync.WaitGroup
+	for i, label := range strategies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := writerFunc(func(p []byte) (int, error) {
+				if got[i] == 0 {
+					got[i] = time.Since(start)
+				}
+				return len(p), nil
+			})
+			errs[i] = r.runIn(ctx, label, []string{"echo", "ready"}, nil, w, w)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("demo: first exec in the children: %w", err)
+	}
+	r.sum.FirstReplyNS = map[string]int64{}
+	for i, label := range strategies {
+		r.sum.FirstReplyNS[label] = got[i].Nanoseconds()
+	}
+	nodes, err := r.call(ctx, api.Request{Op: api.OpTreeNodes, TreeID: r.treeID})
+	if err != nil {
+		return err
+	}
+	r.sum.RAMBytes = map[string]int64{}
+	for _, n := range nodes.Nodes {
+		for _, label := range agents {
+			if r.ids[label] == n.ID {
+				r.sum.RAMBytes[label] = n.RAMBytes
+			}
+		}
+	}
+	return nil
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // runStrategies runs the three children's scripts at once: their files are
 // independent, which is the point.

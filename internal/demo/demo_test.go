@@ -679,7 +679,7 @@ func TestCodingAgentFallsBackToDir(t *testing.T) {
 			}
 		})
 	}
-	for _, cfg := range []Config{{Client: newFake(t), Backend: "vm"}, {Client: newFake(t), Backend: BackendJail}} {
+	for _, cfg := range []Config{{Client: newFake(t), Backend: "qemu"}, {Client: newFake(t), Backend: BackendVM}, {Client: newFake(t), Backend: BackendJail}} {
 		if _, err := CodingAgent(testCtx(t), cfg); !errors.Is(err, api.ErrBadRequest) {
 			t.Errorf("backend %q with a %T: %v, want ErrBadRequest", cfg.Backend, cfg.Client, err)
 		}

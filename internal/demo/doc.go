@@ -15,7 +15,13 @@
 //     inside, vendored.bin left out and summed inside). On a dir tree it is
 //     the node's files at its Path on the host, and agents are ordinary
 //     host processes (sh, python3) working there, as BranchFS users work.
-//   - backend: jail or dir (Config.Backend); where the demo chose dir
+//     On a vm tree (--backend vm) the agents run in their nodes' microVMs
+//     the same way: /tmp/workspace is in the guest's tmpfs, in its RAM, and
+//     the one fork_batch of the live source VM carries it in memory (the
+//     guest's busybox tar copies it out). The summary adds, on jail and vm,
+//     each child's time from the fork call to running (start_ns) and to
+//     its first exec reply, and each agent's RAM from tree_nodes (PSS on vm).
+//   - backend: jail, vm or dir (Config.Backend; vm only when asked); where the demo chose dir
 //     because sandboxes are not possible, it says so in one line.
 //   - evidence: what the demo measures in each workspace: md5 and size of
 //     build-artifacts/vendored.bin, the md5 of the __pycache__ trees (at the

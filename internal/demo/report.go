@@ -92,12 +92,22 @@ func (s *Summary) forkMarkdown() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("# coding-agent-fork on Arbor\n\n")
-	if s.Backend == BackendJail {
-		w("- tree: `%s` (backend jail: each agent runs in its node's sandbox, in %s, the node's /tmp, through `tree_exec`)\n", s.TreeID, workDir)
-		ms := func(ns int64) float64 { return float64(ns) / 1e6 }
+	ms := func(ns int64) float64 { return float64(ns) / 1e6 }
+	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+	if s.Backend == BackendJail || s.Backend == BackendVM {
+		if s.Backend == BackendJail {
+			w("- tree: `%s` (backend jail: each agent runs in its node's sandbox, in %s, the node's /tmp, through `tree_exec`)\n", s.TreeID, workDir)
+		} else {
+			w("- tree: `%s` (backend vm: each agent runs in its node's microVM, in %s, the guest's tmpfs in its RAM, through `tree_exec`; one fork_batch of the live source VM carries it in memory)\n", s.TreeID, workDir)
+		}
 		st := s.SandboxStartNS
-		w("- the source's pause for the fork: **%.3f ms**; sandbox starts: source %.1f ms, minimal %.1f ms, rewrite %.1f ms, skip %.1f ms\n",
+		w("- the source's pause for the fork: **%.3f ms**; sandbox starts (fork call to running): source %.1f ms, minimal %.1f ms, rewrite %.1f ms, skip %.1f ms\n",
 			ms(s.SourcePauseNS), ms(st[Source]), ms(st[Minimal]), ms(st[Rewrite]), ms(st[Skip]))
+		fr, ram := s.FirstReplyNS, s.RAMBytes
+		w("- client's fork_batch call to each child's first exec reply: minimal %.1f ms, rewrite %.1f ms, skip %.1f ms\n",
+			ms(fr[Minimal]), ms(fr[Rewrite]), ms(fr[Skip]))
+		w("- RAM after the fork (tree_nodes; PSS on vm): source %.1f MiB, minimal %.1f MiB, rewrite %.1f MiB, skip %.1f MiB\n",
+			mib(ram[Source]), mib(ram[Minimal]), mib(ram[Rewrite]), mib(ram[Skip]))
 	} else {
 		w("- tree: `%s` (backend dir: files only; the agents are host processes working in each node's files)\n", s.TreeID)
 		if s.BackendNote != "" {

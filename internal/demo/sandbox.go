@@ -70,7 +70,11 @@ func (r *run) look(ctx context.Context, label string) (string, error) {
 		untarred <- err
 	}()
 	var stderr bytes.Buffer
-	err := r.runIn(ctx, label, []string{"tar", "-C", workDir, "--format=posix", "--exclude=./" + vendoredPath, "-cf", "-", "."}, nil, pw, &stderr)
+	argv := []string{"tar", "-C", workDir, "--format=posix", "--exclude=./" + vendoredPath, "-cf", "-", "."}
+	if r.sum.Backend == BackendVM { // the guest's busybox tar has neither option
+		argv = []string{"sh", "-c", `cd "$1" && exec tar --no-recursion -cf - $(find . ! -path "./$2")`, "look", workDir, vendoredPath}
+	}
+	err := r.runIn(ctx, label, argv, nil, pw, &stderr)
 	pw.CloseWithError(err)
 	if uerr := <-untarred; err == nil {
 		err = uerr

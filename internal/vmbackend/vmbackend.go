@@ -52,6 +52,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sync"
 	"time"
 
@@ -127,7 +128,8 @@ type backend struct {
 	img   *vm.Image
 	nodes string // <Dir>/nodes
 
-	op sync.Mutex // orders the verbs that change what is held
+	op   sync.Mutex   // orders the verbs that change what is held
+	last vm.ForkStats // the last Fork's figures (LastFork), under op
 
 	mu     sync.Mutex
 	held   map[string]*vm.VM // live VM, or nil: suspended
@@ -254,6 +256,7 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 	}
 	b.op.Lock()
 	defer b.op.Unlock()
+	b.last = vm.ForkStats{}
 	src, ok := b.get(source)
 	if !ok {
 		return api.Errorf(api.ErrNotFound, "vm backend: fork of %s: not held", source)
@@ -299,7 +302,7 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 		return nil
 	}
 	var kidPaths []string
-	kids, _, err := vm.Fork(ctx, src, dirs, children, func(ctx context.Context) ([]string, error) {
+	kids, st, err := vm.Fork(ctx, src, dirs, children, func(ctx context.Context) ([]string, error) {
 		p, err := filesStep(ctx)
 		kidPaths = p
 		return p, err
@@ -320,8 +323,21 @@ func (b *backend) Fork(ctx context.Context, source string, children []string, fi
 		b.set(c, kids[i])
 		b.setPath(c, kidPaths[i])
 	}
+	b.last = st
 	return nil
 }
+
+// LastFork is engine.ForkTimer: how long the last Fork of a running
+// source held it paused (its save, the files' fork, its resume; zero for a
+// suspended source), and for each child the time from the fork call to
+// its CPUs running (its agent's first reply follows: vm.ForkStats.Reply).
+func (b *backend) LastFork() engine.ForkTimings {
+	b.op.Lock()
+	defer b.op.Unlock()
+	return engine.ForkTimings{Pause: b.last.Pause, Starts: slices.Clone(b.last.Running)}
+}
+
+var _ engine.ForkTimer = (*backend)(nil)
 
 func (b *backend) Suspend(ctx context.Context, id string) error {
 	if err := b.check("suspend", id); err != nil {
