@@ -224,7 +224,7 @@ func checkCgroup(_ context.Context, h *host) Check {
 			v2 = append(v2, m)
 		}
 	}
-	use := "The jail backend (planned) holds a node's processes in a cgroup2 group (cgroup.kill, cgroup.freeze, memory and pids limits); the dir backend does not need cgroups"
+	use := "The jail backend holds a node's processes in a cgroup (kill and freeze through cgroup2's cgroup.kill and cgroup.freeze where the host has them, memory and pids limits through the controllers it has); the dir backend does not need cgroups"
 	if len(v1) == 0 && len(v2) == 0 {
 		return missing("no cgroup filesystem is mounted. "+use, "mount -t cgroup2 none /sys/fs/cgroup")
 	}
@@ -323,10 +323,10 @@ type nsKind struct {
 }
 
 var (
-	nsUser  = nsKind{"user", unix.CLONE_NEWUSER, "CONFIG_USER_NS", "The jail backend (planned) runs a node's processes under uids of their own in one"}
-	nsPID   = nsKind{"pid", unix.CLONE_NEWPID, "CONFIG_PID_NS", "The jail backend (planned) gives a node's processes their own pid 1, so that they all end together"}
-	nsNet   = nsKind{"net", unix.CLONE_NEWNET, "CONFIG_NET_NS", "The jail backend (planned) gives a node a network stack of its own"}
-	nsMount = nsKind{"mnt", unix.CLONE_NEWNS, "CONFIG_NAMESPACES", "The jail backend (planned) gives a node a root filesystem of its own, with the node's files at /workspace"}
+	nsUser  = nsKind{"user", unix.CLONE_NEWUSER, "CONFIG_USER_NS", "The jail backend does not use one yet (a sandbox's root is the host's root, which is why only root owns jail trees); a user namespace would let other uids own them"}
+	nsPID   = nsKind{"pid", unix.CLONE_NEWPID, "CONFIG_PID_NS", "The jail backend gives a node's processes their own pid 1, so that they all end together"}
+	nsNet   = nsKind{"net", unix.CLONE_NEWNET, "CONFIG_NET_NS", "The jail backend gives a node a network stack of its own"}
+	nsMount = nsKind{"mnt", unix.CLONE_NEWNS, "CONFIG_NAMESPACES", "The jail backend gives a node a root filesystem of its own, with the node's files at /workspace"}
 )
 
 func checkNamespace(k nsKind) func(context.Context, *host) Check {
@@ -388,7 +388,7 @@ var landlockFeatures = []string{
 }
 
 func checkLandlock(_ context.Context, h *host) Check {
-	use := "The jail backend (planned) confines a node's processes to their own files with it; the dir backend does not need it"
+	use := "The jail backend confines a node's processes to their own files with it; the dir backend does not need it"
 	abi, err := h.Probe.LandlockABI()
 	switch {
 	case err == nil && abi >= 1:
@@ -409,7 +409,7 @@ func checkLandlock(_ context.Context, h *host) Check {
 }
 
 func checkSeccomp(_ context.Context, h *host) Check {
-	use := "The jail backend (planned) filters a node's system calls with it; the dir backend does not need it"
+	use := "The jail backend filters a node's system calls with it; the dir backend does not need it"
 	actions := h.readTrim("/proc/sys/kernel/seccomp/actions_avail")
 	mode := h.statusField("Seccomp")
 	if actions == "" {
@@ -451,7 +451,7 @@ func (h *host) cpuFlags() []string {
 
 func checkKVM(_ context.Context, h *host) Check {
 	const dev = "/dev/kvm"
-	use := "The vm backend (planned) runs microVMs with it; the dir backend does not need it"
+	use := "The vm backend runs microVMs with it; the dir backend does not need it"
 	flags := h.cpuFlags()
 	hw := ""
 	switch {
@@ -510,7 +510,7 @@ func orNone(hw string) string {
 }
 
 func checkQEMU(ctx context.Context, h *host) Check {
-	use := "The vm backend (planned) runs microVMs with it; the dir backend does not need it"
+	use := "The vm backend runs microVMs with it; the dir backend does not need it"
 	p, _, found := h.lookPath("qemu-system-x86_64", "")
 	if !found {
 		return missing("qemu-system-x86_64 is not installed. "+use, "apt-get install qemu-system-x86")
