@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/arbor-dev/arbor/internal/sandboxbench"
 	"io"
 	"os"
 	"os/exec"
@@ -58,28 +59,6 @@ func (s samples) report(b *testing.B) {
 	}
 }
 
-// bwrapArgs runs argv in bubblewrap with the sandbox's namespaces and
-// binds.
-func bwrapArgs(ws, tmp string, argv ...string) []string {
-	a := []string{"--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-ipc", "--die-with-parent"}
-	for _, d := range []string{"/usr", "/etc"} {
-		a = append(a, "--ro-bind", d, d)
-	}
-	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"} {
-		if t, err := os.Readlink(d); err == nil {
-			a = append(a, "--symlink", t, d)
-		} else if _, err := os.Stat(d); err == nil {
-			a = append(a, "--ro-bind", d, d)
-		}
-	}
-	a = append(a, "--proc", "/proc", "--dev", "/dev", "--bind", ws, "/workspace", "--bind", tmp, "/tmp", "--chdir", "/workspace", "--")
-	return append(a, argv...)
-}
-
-func unshareArgs(argv ...string) []string {
-	return append([]string{"--pid", "--fork", "--mount", "--net", "--uts", "--ipc", "--mount-proc", "--kill-child", "--"}, argv...)
-}
-
 // BenchmarkFirstByte: from nothing to the first byte of `echo hi`'s
 // output (for jail: Start, then Exec; Stop is outside the timing).
 func BenchmarkFirstByte(b *testing.B) {
@@ -126,8 +105,8 @@ func BenchmarkFirstByte(b *testing.B) {
 		name, prog string
 		args       func(ws, tmp string) []string
 	}{
-		{"bwrap", "bwrap", func(ws, tmp string) []string { return bwrapArgs(ws, tmp, "echo", "hi") }},
-		{"unshare", "unshare", func(ws, tmp string) []string { return unshareArgs("echo", "hi") }},
+		{"bwrap", "bwrap", func(ws, tmp string) []string { return sandboxbench.BwrapArgs(ws, tmp, "echo", "hi") }},
+		{"unshare", "unshare", func(ws, tmp string) []string { return sandboxbench.UnshareArgs("echo", "hi") }},
 	}
 	for _, tool := range tools {
 		b.Run(tool.name, func(b *testing.B) {
@@ -234,9 +213,9 @@ func BenchmarkStop100(b *testing.B) {
 			var s samples
 			b.StopTimer()
 			for i := 0; i < b.N; i++ {
-				args := unshareArgs("sh", "-c", hundred)
+				args := sandboxbench.UnshareArgs("sh", "-c", hundred)
 				if tool == "bwrap" {
-					args = bwrapArgs(ws, tmp, "sh", "-c", hundred)
+					args = sandboxbench.BwrapArgs(ws, tmp, "sh", "-c", hundred)
 				}
 				cmd := exec.Command(tool, args...)
 				out, _ := cmd.StdoutPipe()
@@ -351,9 +330,9 @@ func BenchmarkIdleMemory(b *testing.B) {
 				var pids []int
 				var cmds []*exec.Cmd
 				for j := 0; j < n; j++ {
-					args := unshareArgs("sleep", "1000")
+					args := sandboxbench.UnshareArgs("sleep", "1000")
 					if tool == "bwrap" {
-						args = bwrapArgs(ws, tmp, "sleep", "1000")
+						args = sandboxbench.BwrapArgs(ws, tmp, "sleep", "1000")
 					}
 					cmd := exec.Command(tool, args...)
 					if err := cmd.Start(); err != nil {
